@@ -1,0 +1,81 @@
+"""Typed errors. Each one says what went wrong and what to do next."""
+
+from __future__ import annotations
+
+
+class SegcatError(Exception):
+    """Base class of every error segcat raises on purpose."""
+
+
+class ConfigError(SegcatError):
+    """The configuration (environment or TOML file) is unusable."""
+
+
+class InvalidTableName(SegcatError, ValueError):
+    """A namespace or table identifier does not match ``[A-Za-z0-9_-]{1,100}``."""
+
+
+class TableNotFound(SegcatError):
+    """The table's topic does not exist; create it with ``segcat table create``."""
+
+
+class TableAlreadyExists(SegcatError):
+    """``create`` was asked for a table whose topic already exists."""
+
+
+class MisconfiguredTable(SegcatError):
+    """The table's topic exists but breaks DESIGN §2 (partitions, cleanup policy, …)."""
+
+
+class MalformedCommit(SegcatError, ValueError):
+    """A commit breaks the protocol's field rules; nothing was written."""
+
+
+class CommitTooLarge(SegcatError):
+    """The encoded commit exceeds the topic's ``max.message.bytes``; nothing was written."""
+
+
+class DecodeError(SegcatError):
+    """A record value is not a commit this code can read (bad magic, unknown schema, garbage)."""
+
+
+class UnknownSchema(DecodeError):
+    """The record was written with a schema fingerprint this code does not know."""
+
+
+class ServiceUnavailable(SegcatError):
+    """Kafka or Redis did not answer within the configured timeout."""
+
+
+class StackError(SegcatError):
+    """The local development stack could not be started, stopped or inspected."""
+
+
+class CommitConflict(SegcatError):
+    """The log ordered a conflicting commit before ours (DESIGN §4 rules 3–6).
+
+    ``rule`` names the rule, ``conflicting_version`` the version that made ours lose,
+    ``version`` the offset our rejected record took. Re-plan on the newest state and retry
+    (``TableWriter.commit_with_retry`` does that).
+    """
+
+    def __init__(self, rule: str, detail: str, *, version: int, conflicting_version: int | None) -> None:
+        self.rule = rule
+        self.detail = detail
+        self.version = version
+        self.conflicting_version = conflicting_version
+        at = f" (conflicts with version {conflicting_version})" if conflicting_version is not None else ""
+        super().__init__(f"commit rejected at offset {version} by rule {rule}: {detail}{at}")
+
+
+class InvalidCommit(SegcatError):
+    """The log judged our record INVALID (it reached Kafka but breaks the protocol)."""
+
+    def __init__(self, detail: str, *, version: int) -> None:
+        self.detail = detail
+        self.version = version
+        super().__init__(f"commit at offset {version} is INVALID: {detail}")
+
+
+class VersionNotFound(SegcatError):
+    """The asked version or timestamp lies outside the table's retained history."""

@@ -1,0 +1,106 @@
+"""The table image: everything the rules need to judge the next commit.
+
+A ``TableState`` is the state of one table after every record up to ``version``. It is
+only ever changed by ``catalog.rules`` (the one place where commits are applied), and it
+is exactly what a key frame stores, so a replay that starts from a key frame decides
+every later commit as a replay from offset 0 would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from catalog.model import Segment, Tombstone
+
+DEDUP_WINDOW = 20_000
+"""How many recent ACCEPTED commit ids are remembered for DUPLICATE detection (rule 1)."""
+
+DROP_MEMORY = 20_000
+"""How many recently dropped segment ids keep the version that dropped them (for errors)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSegment:
+    segment: Segment
+    added_version: int
+
+
+@dataclass
+class TableState:
+    """The image of one table at ``version`` (the last offset applied, -1 = empty)."""
+
+    table: str
+    version: int = -1
+    last_accepted_version: int = -1
+    last_accepted_timestamp_ms: int = -1
+    last_commit_id: str | None = None
+    segments: dict[str, LiveSegment] = field(default_factory=dict)
+    tombstones: list[Tombstone] = field(default_factory=list)
+    schema: str | None = None
+    schema_version: int = -1
+    properties: dict[str, str] = field(default_factory=dict)
+    partition_touched: dict[str | None, int] = field(default_factory=dict)
+    """Partition → last version whose commit added or dropped a segment in it (rule 5)."""
+    last_data_version: int = -1
+    """Last version that added/dropped a segment or wrote a tombstone (rule 5, whole table)."""
+    last_tombstone_version: int = -1
+    recent_commits: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """Recent accepted commit ids → their version, oldest first (rule 1)."""
+    recently_dropped: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    live_bytes: int = 0
+    live_rows: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    invalid: int = 0
+    duplicates: int = 0
+
+    def copy(self) -> TableState:
+        return TableState(
+            table=self.table,
+            version=self.version,
+            last_accepted_version=self.last_accepted_version,
+            last_accepted_timestamp_ms=self.last_accepted_timestamp_ms,
+            last_commit_id=self.last_commit_id,
+            segments=dict(self.segments),
+            tombstones=list(self.tombstones),
+            schema=self.schema,
+            schema_version=self.schema_version,
+            properties=dict(self.properties),
+            partition_touched=dict(self.partition_touched),
+            last_data_version=self.last_data_version,
+            last_tombstone_version=self.last_tombstone_version,
+            recent_commits=OrderedDict(self.recent_commits),
+            recently_dropped=OrderedDict(self.recently_dropped),
+            live_bytes=self.live_bytes,
+            live_rows=self.live_rows,
+            accepted=self.accepted,
+            rejected=self.rejected,
+            invalid=self.invalid,
+            duplicates=self.duplicates,
+        )
+
+    @property
+    def live_count(self) -> int:
+        return len(self.segments)
+
+    def live_ids(self) -> frozenset[str]:
+        return frozenset(self.segments)
+
+    def fingerprint(self) -> str:
+        """A digest of the live content (segments, tombstones, schema, properties).
+
+        Two parties that agree on a version's content produce the same digest; used by
+        the concurrency checker and by key-frame verification.
+        """
+        digest = hashlib.blake2b(digest_size=16)
+        for segment_id in sorted(self.segments):
+            live = self.segments[segment_id]
+            digest.update(f"{segment_id}\0{live.added_version}\0{live.segment.path}\n".encode())
+        for tomb in self.tombstones:
+            digest.update(f"T{tomb.version}\0{tomb.predicate}\n".encode())
+        digest.update(f"S{self.schema_version}\0{self.schema}\n".encode())
+        for key in sorted(self.properties):
+            digest.update(f"P{key}\0{self.properties[key]}\n".encode())
+        return digest.hexdigest()

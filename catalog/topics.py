@@ -1,0 +1,126 @@
+"""A table's topic: create it with DESIGN §2's configuration, refuse misconfigured ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from catalog.clients import admin_config
+from catalog.config import Config
+from catalog.errors import MisconfiguredTable, ServiceUnavailable, TableAlreadyExists, TableNotFound
+from catalog.names import TOPIC_PREFIX, TableName
+
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: TableName
+    partitions: int
+    max_message_bytes: int
+    config: dict[str, str]
+
+
+def topic_settings(config: Config, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "message.timestamp.type": "LogAppendTime",
+        "min.compaction.lag.ms": str(DEFAULT_MIN_COMPACTION_LAG_MS),
+        "max.message.bytes": str(max_message_bytes),
+        "compression.type": "zstd",
+        "min.insync.replicas": str(config.min_insync_replicas),
+    }
+
+
+class TopicAdmin:
+    """Creates, checks and lists table topics; the only place that talks to the admin API."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._admin = AdminClient(admin_config(config))
+        self._timeout = config.request_timeout_s
+
+    def create(self, name: TableName, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> TopicInfo:
+        topic = NewTopic(
+            name.topic,
+            num_partitions=1,
+            replication_factor=self._config.replication_factor,
+            config=topic_settings(self._config, max_message_bytes),
+        )
+        future = self._admin.create_topics([topic], request_timeout=self._timeout)[name.topic]
+        try:
+            future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TableAlreadyExists(f"table {name} already exists") from exc
+            raise ServiceUnavailable(f"could not create topic {name.topic}: {exc}") from exc
+        return self.describe(name)
+
+    def describe(self, name: TableName) -> TopicInfo:
+        """The topic's layout; raises if it breaks DESIGN §2 (partitions, compaction, time type)."""
+        metadata = self._list(name.topic)
+        topic_md = metadata.topics.get(name.topic)
+        if topic_md is None or (
+            topic_md.error is not None and topic_md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
+        if topic_md.error is not None:
+            raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
+        partitions = len(topic_md.partitions)
+        resource = ConfigResource(ResourceType.TOPIC, name.topic)
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
+            entries = futures[resource].result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(f"cannot read the config of {name.topic}: {exc}") from exc
+        settings = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+        if partitions != 1:
+            raise MisconfiguredTable(
+                f"topic {name.topic} has {partitions} partitions; a segcat table needs exactly 1 "
+                "(the partition order is the table's timeline)"
+            )
+        if settings.get("cleanup.policy") != "compact":
+            raise MisconfiguredTable(
+                f"topic {name.topic} has cleanup.policy={settings.get('cleanup.policy')!r}; segcat needs "
+                "'compact' (time-based deletion would lose history)"
+            )
+        if settings.get("message.timestamp.type") != "LogAppendTime":
+            raise MisconfiguredTable(
+                f"topic {name.topic} has message.timestamp.type={settings.get('message.timestamp.type')!r}; "
+                "segcat needs 'LogAppendTime' (broker time = commit time)"
+            )
+        return TopicInfo(name, partitions, int(settings.get("max.message.bytes", 1_048_588)), settings)
+
+    def list_tables(self) -> list[TableName]:
+        metadata = self._list(None)
+        names = []
+        for topic in metadata.topics:
+            if topic.startswith(TOPIC_PREFIX):
+                try:
+                    names.append(TableName.from_topic(topic))
+                except ValueError:
+                    continue
+        return sorted(names)
+
+    def delete(self, name: TableName) -> None:
+        future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]
+        try:
+            future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
+
+    def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
+        try:
+            return self._admin.list_topics(topic=topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"Kafka at {self._config.bootstrap_servers} did not answer: {exc}; "
+                "start it with `segcat stack up` or set SEGCAT_BOOTSTRAP_SERVERS"
+            ) from exc

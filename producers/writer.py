@@ -1,0 +1,287 @@
+"""``TableWriter``: produce one commit, learn its verdict by evaluating the rules locally.
+
+Idempotent producer with acks=all; the commit_id is the record key and the idempotency
+key, so a retry after a timeout re-sends the very same record and the rules recognise
+the duplicate. The writer tails the log to keep its image current (``LogTailer``), so
+judging its own commit is one short fetch of the records since its last catch-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from catalog import codec, rules
+from catalog.clients import producer_config
+from catalog.config import Config
+from catalog.errors import (
+    CommitConflict,
+    CommitTooLarge,
+    InvalidCommit,
+    MalformedCommit,
+    ServiceUnavailable,
+)
+from catalog.model import Commit, Isolation, Operation, Segment, Tombstone
+from catalog.names import TableName, table_name
+from catalog.replay import Applied
+from catalog.rules import Outcome, Verdict
+from catalog.state import TableState
+from catalog.tailer import LogTailer
+from catalog.topics import TopicAdmin
+
+log = logging.getLogger("segcat.writer")
+
+RECORD_OVERHEAD = 512
+"""Bytes reserved for the record/batch headers when checking a commit against the limit."""
+
+Planner = Callable[[TableState], Commit | None]
+
+
+def default_writer_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class TableWriter:
+    """Publishes commits to one table and returns their versions (or raises why not)."""
+
+    def __init__(self, config: Config, table: str | TableName, *, writer_id: str | None = None) -> None:
+        self.name = table_name(table)
+        self.config = config
+        self.writer_id = writer_id or default_writer_id()
+        info = TopicAdmin(config).describe(self.name)
+        self.max_message_bytes = info.max_message_bytes
+        self._producer = Producer(producer_config(config, info.max_message_bytes))
+        self._tailer = LogTailer(config, self.name)
+        self._verdicts: dict[str, Verdict] = {}
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._producer.flush(self.config.request_timeout_s)
+        self._tailer.close()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def state(self) -> TableState:
+        """The writer's image as of its last catch-up (call ``refresh`` for the head)."""
+        return self._tailer.state
+
+    def refresh(self) -> TableState:
+        return self._tailer.catch_up(listener=self._listen)
+
+    def _listen(self, applied: Applied, _: TableState) -> None:
+        cid = applied.verdict.commit_id
+        if cid is not None and cid in self._pending:
+            self._verdicts.setdefault(cid, applied.verdict)
+
+    # ------------------------------------------------------------------ commit
+
+    def new_commit(
+        self,
+        operation: Operation,
+        *,
+        adds: Iterable[Segment] = (),
+        drops: Iterable[str] = (),
+        tombstones: Iterable[str] = (),
+        replace_scope: Iterable[str] = (),
+        isolation: Isolation = Isolation.SNAPSHOT,
+        properties: Mapping[str, str] | None = None,
+        table_properties: Mapping[str, str | None] | None = None,
+        schema: str | None = None,
+        base_version: int | None = None,
+    ) -> Commit:
+        """A commit based on the writer's current image (``base_version`` = what it has read)."""
+        return Commit(
+            commit_id=Commit.new_id(),
+            table=self.name.qualified,
+            operation=operation,
+            base_version=self.state.version if base_version is None else base_version,
+            writer_id=self.writer_id,
+            timestamp_ms=int(time.time() * 1000),
+            adds=tuple(adds),
+            drops=tuple(drops),
+            tombstones=tuple(Tombstone(p) for p in tombstones),
+            replace_scope=tuple(replace_scope),
+            isolation=isolation,
+            properties=dict(properties or {}),
+            table_properties=dict(table_properties or {}),
+            schema=schema,
+        )
+
+    def commit(self, commit: Commit, *, attempts: int = 3) -> int:
+        """Publish ``commit``; return its version, or raise ``CommitConflict`` / ``InvalidCommit``.
+
+        Sending the same commit again (same commit_id) returns the original version.
+        """
+        with self._lock:
+            return self._commit(commit, attempts)
+
+    def _commit(self, commit: Commit, attempts: int) -> int:
+        problem = rules.malformation(
+            commit, max(self.state.version, commit.base_version) + 1, self.name.qualified
+        )
+        if problem:
+            raise MalformedCommit(f"commit not sent: {problem}")
+        value = codec.encode_commit(commit)
+        key = commit.commit_id.encode()
+        if len(value) + len(key) + RECORD_OVERHEAD > self.max_message_bytes:
+            raise CommitTooLarge(
+                f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
+                f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
+            )
+        cid = commit.commit_id
+        self._pending.add(cid)
+        try:
+            known = self.state.recent_commits.get(cid)
+            if known is not None:
+                return known
+            offset = self._produce_with_retry(key, value, cid, attempts)
+            if offset is None:  # a retry found our earlier attempt already in the log
+                return self.state.recent_commits[cid]
+            self._tailer.catch_up(offset, listener=self._listen)
+            verdict = self._verdicts.get(cid)
+            if verdict is None:
+                raise ServiceUnavailable(f"record at offset {offset} was not seen while catching up")
+            return self._outcome(verdict)
+        finally:
+            self._pending.discard(cid)
+            self._verdicts.pop(cid, None)
+
+    def _produce_with_retry(self, key: bytes, value: bytes, cid: str, attempts: int) -> int | None:
+        last_error: KafkaError | None = None
+        for attempt in range(1, attempts + 1):
+            offset, error = self._produce(key, value)
+            if offset is not None:
+                return offset
+            last_error = error
+            log.warning("commit %s: delivery failed (attempt %d/%d): %s", cid, attempt, attempts, error)
+            try:
+                self.refresh()
+            except ServiceUnavailable:
+                continue
+            if cid in self._verdicts or cid in self.state.recent_commits:
+                return None if cid in self.state.recent_commits else self._verdicts[cid].offset
+        raise ServiceUnavailable(
+            f"commit {cid} could not be delivered after {attempts} attempts: {last_error}"
+        )
+
+    def _produce(self, key: bytes, value: bytes) -> tuple[int | None, KafkaError | None]:
+        result: list[tuple[int | None, KafkaError | None]] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            result.append((None, err) if err is not None else (msg.offset(), None))
+
+        self._producer.produce(self.name.topic, value=value, key=key, on_delivery=delivered)
+        deadline = time.monotonic() + self.config.request_timeout_s + 5
+        while not result and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not result:
+            return None, KafkaError(KafkaError._MSG_TIMED_OUT)
+        return result[0]
+
+    def _outcome(self, verdict: Verdict) -> int:
+        if verdict.outcome is Outcome.ACCEPTED:
+            return verdict.offset
+        if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
+            return verdict.original_version
+        if verdict.outcome is Outcome.REJECTED:
+            raise CommitConflict(
+                str(verdict.rule),
+                verdict.detail,
+                version=verdict.offset,
+                conflicting_version=verdict.conflicting_version,
+            )
+        raise InvalidCommit(verdict.detail, version=verdict.offset)
+
+    def commit_with_retry(self, plan: Planner, *, max_attempts: int = 10) -> int | None:
+        """Plan a commit on the newest state and publish it; re-plan after each conflict.
+
+        ``plan`` returns None when there is nothing left to do (e.g. the segments it wanted
+        to compact are gone); then this returns None.
+        """
+        for attempt in range(1, max_attempts + 1):
+            commit = plan(self.refresh())
+            if commit is None:
+                return None
+            try:
+                return self.commit(commit)
+            except CommitConflict as conflict:
+                log.info("attempt %d: %s; re-planning", attempt, conflict)
+                if attempt == max_attempts:
+                    raise
+        return None
+
+    # ------------------------------------------------------------------ helpers
+
+    def append(self, segments: Iterable[Segment], *, properties: Mapping[str, str] | None = None) -> int:
+        return self.commit(self.new_commit(Operation.APPEND, adds=segments, properties=properties))
+
+    def compact(
+        self, drops: Iterable[str], adds: Iterable[Segment], *, properties: Mapping[str, str] | None = None
+    ) -> int:
+        return self.commit(self.new_commit(Operation.COMPACT, adds=adds, drops=drops, properties=properties))
+
+    def replace(
+        self,
+        adds: Iterable[Segment],
+        *,
+        scope: Iterable[str] = (),
+        isolation: Isolation = Isolation.SNAPSHOT,
+        drops: Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> int:
+        """Replace the segments of ``scope`` (default drops: every live segment in it)."""
+        scope = tuple(scope)
+        if drops is None:
+            wanted = set(scope)
+            drops = [
+                sid
+                for sid, live in self.state.segments.items()
+                if not scope or live.segment.partition in wanted
+            ]
+        return self.commit(
+            self.new_commit(
+                Operation.REPLACE,
+                adds=adds,
+                drops=drops,
+                replace_scope=scope,
+                isolation=isolation,
+                properties=properties,
+            )
+        )
+
+    def delete(
+        self,
+        *,
+        drops: Iterable[str] = (),
+        predicates: Iterable[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> int:
+        return self.commit(
+            self.new_commit(Operation.DELETE, drops=drops, tombstones=predicates, properties=properties)
+        )
+
+    def set_properties(self, changes: Mapping[str, str | None]) -> int:
+        return self.commit(self.new_commit(Operation.SET_PROPERTIES, table_properties=changes))
+
+    def set_schema(self, schema_json: str) -> int:
+        return self.commit(self.new_commit(Operation.SET_SCHEMA, schema=schema_json))

@@ -1,0 +1,170 @@
+"""Where the test suite finds Kafka and Redis, in order of preference.
+
+1. Addresses in the environment (``SEGCAT_TEST_BOOTSTRAP_SERVERS`` + ``SEGCAT_TEST_REDIS_URL``):
+   used as-is, nothing is started or stopped.
+2. ``testcontainers`` installed and a Docker engine answering: a KRaft Kafka container and a
+   Redis container, removed again by ``stop``.
+3. Otherwise the project's own Docker-free stack (``catalog.stack``) with its home in
+   ``<repo>/.segcat`` so the Kafka jars are fetched once and reused. ``stop`` shuts down only
+   what this call started (a stack already running is left running); set
+   ``SEGCAT_TEST_STACK_KEEP=1`` to keep even that running for the next test run.
+
+When no option works, ``resolve_services`` calls ``service_failure``: a skip on a developer
+machine, a failure in CI (``CI=true``), so a broken CI environment can never pass green.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from catalog import stack
+from catalog.config import Config
+from catalog.errors import SegcatError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCAL_STACK_HOME = REPO_ROOT / ".segcat"
+
+ENV_BOOTSTRAP = "SEGCAT_TEST_BOOTSTRAP_SERVERS"
+ENV_REDIS = "SEGCAT_TEST_REDIS_URL"
+ENV_KEEP = "SEGCAT_TEST_STACK_KEEP"
+
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
+REDIS_IMAGE = "redis:7"
+
+
+@dataclass(frozen=True)
+class ResolvedServices:
+    bootstrap_servers: str
+    redis_url: str
+    source: str
+    """"env", "testcontainers" or "local-stack"."""
+    stop: Callable[[], None]
+
+
+def service_failure(reason: str) -> NoReturn:
+    """Fail in CI (a missing service there is a broken pipeline), skip elsewhere."""
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def _nothing() -> None:
+    """``stop`` for services this module did not start."""
+
+
+def resolve_services(config: Config) -> ResolvedServices:
+    """Find or start Kafka + Redis for the tests (see the module docstring for the order)."""
+    bootstrap = os.environ.get(ENV_BOOTSTRAP, "").strip()
+    redis_url = os.environ.get(ENV_REDIS, "").strip()
+    if bootstrap and redis_url:
+        return ResolvedServices(bootstrap, redis_url, "env", _nothing)
+    if bootstrap or redis_url:
+        service_failure(f"set both {ENV_BOOTSTRAP} and {ENV_REDIS}, or neither")
+
+    if _testcontainers_available() and _docker_answers():
+        try:
+            return _start_containers()
+        except Exception as exc:
+            service_failure(f"could not start Kafka/Redis containers: {exc}")
+
+    try:
+        return _start_local_stack(config)
+    except SegcatError as exc:
+        service_failure(f"could not start the local Kafka/Redis stack: {exc}")
+
+
+def _testcontainers_available() -> bool:
+    try:
+        return all(
+            importlib.util.find_spec(name) is not None
+            for name in ("testcontainers.kafka", "testcontainers.redis")
+        )
+    except ModuleNotFoundError:
+        return False
+
+
+def _docker_answers(timeout_s: float = 5.0) -> bool:
+    """A Docker engine that answers, not just a CLI on PATH."""
+    try:
+        import docker  # comes with testcontainers
+
+        client: Any = docker.from_env(timeout=int(timeout_s))
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # no SDK, no socket, permission denied, ...
+        pass
+    cli = shutil.which("docker")
+    if cli is None:
+        return False
+    try:
+        out = subprocess.run(
+            [cli, "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0
+
+
+def _start_containers() -> ResolvedServices:
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.redis import RedisContainer
+
+    kafka: Any = (
+        KafkaContainer(KAFKA_IMAGE)
+        .with_kraft()
+        # Same broker behaviour as the local stack (catalog/stack/kafka.py).
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+        .with_env("KAFKA_NUM_PARTITIONS", "1")
+        .with_env("KAFKA_LOG_CLEANER_ENABLE", "true")
+        .with_env("KAFKA_LOG_CLEANER_BACKOFF_MS", "1000")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+    )
+    redis: Any = RedisContainer(REDIS_IMAGE)
+    started: list[Any] = []
+
+    def stop() -> None:
+        for container in reversed(started):
+            with contextlib.suppress(Exception):
+                container.stop()
+
+    try:
+        kafka.start(timeout=120)
+        started.append(kafka)
+        redis.start()
+        started.append(redis)
+        host = redis.get_container_host_ip()
+        port = redis.get_exposed_port(redis.port)
+        return ResolvedServices(
+            kafka.get_bootstrap_server(), f"redis://{host}:{port}/0", "testcontainers", stop
+        )
+    except BaseException:
+        stop()
+        raise
+
+
+def _start_local_stack(config: Config) -> ResolvedServices:
+    cfg = replace(config, stack=replace(config.stack, home=LOCAL_STACK_HOME))
+    info = stack.up(cfg)
+    started = list(info.started)
+
+    def stop() -> None:
+        if started and os.environ.get(ENV_KEEP, "") not in {"1", "true", "yes"}:
+            stack.down(cfg, services=started)
+
+    return ResolvedServices(info.bootstrap_servers, info.redis_url, "local-stack", stop)
