@@ -14,7 +14,7 @@ from catalog.errors import VersionNotFound
 from catalog.logreader import LogReader
 from catalog.model import Commit
 from catalog.names import TableName, table_name
-from catalog.replay import Applied, replay
+from catalog.replay import Applied, Listener, replay
 from catalog.rules import Outcome
 from catalog.snapshot import Snapshot, SnapshotDiff
 from catalog.state import TableState
@@ -90,19 +90,29 @@ class Table:
         bound = (high if first_after is None else first_after) - 1
         return bound
 
-    def state(self, version: int | None = None, as_of_ms: int | None = None) -> TableState:
+    def state(
+        self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None
+    ) -> TableState:
+        """Replay the table up to ``version`` / ``as_of_ms``; ``listener`` sees every record (progress)."""
         bound = self.resolve_version(version, as_of_ms)
         state = TableState(self.name.qualified)
         if bound is not None and bound < 0:
             return state
         with self._reader() as reader:
             end = None if bound is None else bound + 1
-            replay(reader.read(0, end), state, upto=bound)
+            replay(reader.read(0, end), state, upto=bound, listener=listener)
         return state
 
-    def snapshot(self, version: int | None = None, as_of_ms: int | None = None) -> Snapshot:
+    def snapshot(
+        self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None
+    ) -> Snapshot:
         """The table at ``version`` (any offset) or as of a broker timestamp; default: head."""
-        return Snapshot(self.state(version, as_of_ms), self.root)
+        return Snapshot(self.state(version, as_of_ms, listener=listener), self.root)
+
+    def head_offset(self) -> int:
+        """The offset of the newest record (-1 for an empty topic)."""
+        with self._reader() as reader:
+            return reader.watermarks()[1] - 1
 
     def records(self, start: int = 0, end: int | None = None) -> Iterator[Applied]:
         """Every record from ``start`` with its verdict (accepted or not), in log order."""

@@ -31,7 +31,7 @@ from catalog.errors import (
 )
 from catalog.model import Commit, Isolation, Operation, Segment, Tombstone
 from catalog.names import TableName, table_name
-from catalog.replay import Applied
+from catalog.replay import Applied, Listener
 from catalog.rules import Outcome, Verdict
 from catalog.state import TableState
 from catalog.tailer import LogTailer
@@ -52,8 +52,17 @@ def default_writer_id() -> str:
 class TableWriter:
     """Publishes commits to one table and returns their versions (or raises why not)."""
 
-    def __init__(self, config: Config, table: str | TableName, *, writer_id: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        table: str | TableName,
+        *,
+        writer_id: str | None = None,
+        on_applied: Listener | None = None,
+    ) -> None:
+        """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies."""
         self.name = table_name(table)
+        self._on_applied = on_applied
         self.config = config
         self.writer_id = writer_id or default_writer_id()
         info = TopicAdmin(config).describe(self.name)
@@ -88,10 +97,12 @@ class TableWriter:
     def refresh(self) -> TableState:
         return self._tailer.catch_up(listener=self._listen)
 
-    def _listen(self, applied: Applied, _: TableState) -> None:
+    def _listen(self, applied: Applied, state: TableState) -> None:
         cid = applied.verdict.commit_id
         if cid is not None and cid in self._pending:
             self._verdicts.setdefault(cid, applied.verdict)
+        if self._on_applied is not None:
+            self._on_applied(applied, state)
 
     # ------------------------------------------------------------------ commit
 

@@ -16,6 +16,7 @@ machine, a failure in CI (``CI=true``), so a broken CI environment can never pas
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import os
 import shutil
@@ -96,8 +97,7 @@ def _testcontainers_available() -> bool:
 def _docker_answers(timeout_s: float = 5.0) -> bool:
     """A Docker engine that answers, not just a CLI on PATH."""
     try:
-        import docker  # comes with testcontainers
-
+        docker: Any = importlib.import_module("docker")  # the SDK comes with testcontainers
         client: Any = docker.from_env(timeout=int(timeout_s))
         try:
             return bool(client.ping())

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from catalog import stack
 from catalog.config import Config

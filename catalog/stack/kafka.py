@@ -142,6 +142,8 @@ def start(layout: Layout, settings: StackSettings, reporter: Reporter) -> proces
         "-XX:MaxGCPauseMillis=20",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
+        # Let the broker log its own shutdown; log4j would otherwise stop first.
+        "-Dlog4j2.shutdownHookEnabled=false",
         f"-Dlog4j2.configurationFile={log4j}",
         f"-Dkafka.logs.dir={layout.logs}",
         "-cp",

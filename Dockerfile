@@ -1,0 +1,32 @@
+# Image for the long-running segcat services (materializer, dashboard) in docker-compose.yml.
+# Java is needed by PySpark (the materializer writes snapshots through Spark).
+FROM python:3.11-slim
+
+# openjdk's postinst links a man page; slim images drop /usr/share/man, so recreate it.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SEGCAT_HOME=/var/lib/segcat
+
+WORKDIR /src
+# Only what the package needs: keeps .venv/.segcat (jars, broker data) out of the image.
+COPY pyproject.toml README.md ./
+COPY catalog ./catalog
+COPY producers ./producers
+COPY materializer ./materializer
+COPY spark_integration ./spark_integration
+RUN pip install . && rm -rf /src/build
+
+RUN useradd --create-home --uid 10001 segcat && mkdir -p /var/lib/segcat \
+    && chown segcat /var/lib/segcat
+USER segcat
+WORKDIR /home/segcat
+
+ENTRYPOINT ["segcat"]
+CMD ["--help"]

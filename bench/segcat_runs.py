@@ -1,0 +1,344 @@
+"""segcat scenarios: sequential appends, concurrent writer processes, a long log.
+
+Every commit is a ``TableWriter.append`` of one fresh segment with two column stats; the
+latency of a commit is the wall time of that call (validate + encode + produce with
+acks=all + delivery report + catch-up fetch to judge the commit). Each writer makes one
+untimed warm-up commit first, so connection set-up and the producer id handshake are not
+counted.
+
+``PhaseProbe`` splits a commit's time into *produce* (send → delivery report) and
+*catch-up* (fetch + replay up to the own record) by wrapping the writer's two internal
+steps. It is benchmark-only instrumentation of private attributes: if the writer's
+internals change, it switches itself off and the breakdown is simply missing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from ctypes import Array, c_int
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
+from typing import Any
+
+from bench.runs import Run, Tick, loadavg, no_tick
+from bench.stats import NS_PER_MS, Summary, median_ms
+from catalog.config import Config
+from catalog.model import ColumnStats, ColumnType, Segment
+from catalog.names import table_name
+from catalog.table import Catalog
+from catalog.topics import TopicAdmin
+from producers.writer import TableWriter
+
+PARTITION = "2024-01"
+
+
+def make_segment(prefix: str, i: int) -> Segment:
+    """A fresh segment (unique id) with two typed column stats, like a small Spark file."""
+    segment_id = f"{prefix}-{i:06d}"
+    return Segment(
+        segment_id=segment_id,
+        path=f"data/part={PARTITION}/{segment_id}.parquet",
+        size_bytes=4096 + i,
+        row_count=100,
+        partition=PARTITION,
+        stats=(
+            ColumnStats("id", ColumnType.INT, min=i * 100, max=i * 100 + 99, null_count=0),
+            ColumnStats("name", ColumnType.STRING, min="alpha", max="omega", null_count=0),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- phases
+
+
+@dataclass
+class PhaseProbe:
+    """Times the produce and catch-up steps of each commit of one ``TableWriter``."""
+
+    enabled: bool = False
+    produce_ns: list[int] = field(default_factory=list)
+    catchup_ns: list[int] = field(default_factory=list)
+    records: list[int] = field(default_factory=list)
+    """Records applied by each catch-up (1 = only the own commit)."""
+    _produce_acc: int = 0
+    _catchup_acc: int = 0
+    _records_acc: int = 0
+
+    @classmethod
+    def attach(cls, writer: TableWriter) -> PhaseProbe:
+        probe = cls()
+        produce = getattr(writer, "_produce", None)
+        tailer = getattr(writer, "_tailer", None)
+        catch_up = getattr(tailer, "catch_up", None)
+        if produce is None or tailer is None or catch_up is None or not hasattr(tailer, "_position"):
+            return probe
+        probe.enabled = True
+
+        def timed_produce(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return produce(*args, **kwargs)
+            finally:
+                probe._produce_acc += time.perf_counter_ns() - start
+
+        def timed_catch_up(*args: Any, **kwargs: Any) -> Any:
+            before = tailer._position
+            start = time.perf_counter_ns()
+            try:
+                return catch_up(*args, **kwargs)
+            finally:
+                probe._catchup_acc += time.perf_counter_ns() - start
+                probe._records_acc += tailer._position - before
+
+        setattr(writer, "_produce", timed_produce)  # noqa: B010 - instance-level wrap of a method
+        setattr(tailer, "catch_up", timed_catch_up)  # noqa: B010
+        return probe
+
+    def reset(self) -> None:
+        self._produce_acc = self._catchup_acc = self._records_acc = 0
+
+    def mark(self) -> None:
+        """Close the current commit's accounting (call after each timed commit)."""
+        if self.enabled:
+            self.produce_ns.append(self._produce_acc)
+            self.catchup_ns.append(self._catchup_acc)
+            self.records.append(self._records_acc)
+        self.reset()
+
+
+def breakdown(latencies_ns: Sequence[int], probes: Sequence[PhaseProbe]) -> dict[str, Any] | None:
+    """Medians of produce / catch-up / the rest, and records fetched per catch-up."""
+    produce = [v for p in probes if p.enabled for v in p.produce_ns]
+    catchup = [v for p in probes if p.enabled for v in p.catchup_ns]
+    records = [v for p in probes if p.enabled for v in p.records]
+    if not produce or len(produce) != len(latencies_ns):
+        return None
+    other = [t - p - c for t, p, c in zip(latencies_ns, produce, catchup, strict=True)]
+    return {
+        "produce_median_ms": round(median_ms(produce), 4),
+        "produce_p99_ms": round(Summary.of(produce).p99_ms, 4),
+        "catchup_median_ms": round(median_ms(catchup), 4),
+        "catchup_p99_ms": round(Summary.of(catchup).p99_ms, 4),
+        "other_median_ms": round(median_ms(other), 4),
+        "produce_share": round(sum(produce) / sum(latencies_ns), 4),
+        "catchup_share": round(sum(catchup) / sum(latencies_ns), 4),
+        "records_per_catchup_mean": round(statistics.fmean(records), 3),
+        "records_per_catchup_max": max(records),
+    }
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def create_table(config: Config, name: str) -> None:
+    Catalog(config).create_table(name)
+
+
+def drop_table(config: Config, name: str) -> None:
+    TopicAdmin(config).delete(table_name(name))
+
+
+def _check_live(writer: TableWriter, expected: int) -> int:
+    live = len(writer.refresh().segments)
+    if live != expected:
+        raise AssertionError(f"expected {expected} live segments after the run, found {live}")
+    return live
+
+
+# --------------------------------------------------------------------------- sequential
+
+
+def run_sequential(
+    config: Config,
+    table: str,
+    commits: int,
+    *,
+    scenario: str = "sequential",
+    tick: Tick = no_tick,
+    windows: int | None = None,
+    cold_start: bool = False,
+) -> Run:
+    """One long-lived writer doing ``commits`` sequential one-segment appends on a fresh table.
+
+    ``windows``: also report the first and the last ``windows`` commits separately (log-length
+    independence). ``cold_start``: afterwards, time the first commit of a brand-new writer,
+    which has to replay the whole log first.
+    """
+    create_table(config, table)
+    segments = [make_segment("s", i) for i in range(commits)]
+    load_before = loadavg()
+    latencies: list[int] = []
+    with TableWriter(config, table, writer_id="bench-sequential") as writer:
+        probe = PhaseProbe.attach(writer)
+        writer.append([make_segment("warmup", 0)])
+        probe.reset()
+        first = time.perf_counter_ns()
+        for segment in segments:
+            start = time.perf_counter_ns()
+            writer.append([segment])
+            latencies.append(time.perf_counter_ns() - start)
+            probe.mark()
+            tick(1)
+        wall = time.perf_counter_ns() - first
+        live = _check_live(writer, commits + 1)
+    run = Run("segcat", scenario, latencies, wall, load_before=load_before, load_after=loadavg())
+    run.details["live_segments_after"] = live
+    run.details["breakdown"] = breakdown(latencies, [probe])
+    if windows:
+        head, tail = latencies[:windows], latencies[-windows:]
+        run.details["window"] = windows
+        run.details["first_window"] = Summary.of(head).to_json()
+        run.details["last_window"] = Summary.of(tail).to_json()
+        run.details["first_window_breakdown"] = breakdown(head, [_slice(probe, 0, windows)])
+        run.details["last_window_breakdown"] = breakdown(tail, [_slice(probe, commits - windows, commits)])
+    if cold_start:
+        run.details["cold_writer"] = _cold_writer(config, table, commits + 1)
+    return run
+
+
+def _slice(probe: PhaseProbe, start: int, stop: int) -> PhaseProbe:
+    return PhaseProbe(
+        enabled=probe.enabled,
+        produce_ns=probe.produce_ns[start:stop],
+        catchup_ns=probe.catchup_ns[start:stop],
+        records=probe.records[start:stop],
+    )
+
+
+def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
+    """A new writer's first commit on a long log: open + replay of every record + commit."""
+    start = time.perf_counter_ns()
+    with TableWriter(config, table, writer_id="bench-cold") as writer:
+        opened = time.perf_counter_ns()
+        writer.append([make_segment("cold", 0)])
+        done = time.perf_counter_ns()
+    return {
+        "log_records": records,
+        "open_ms": round((opened - start) / NS_PER_MS, 3),
+        "first_commit_ms": round((done - opened) / NS_PER_MS, 3),
+    }
+
+
+# --------------------------------------------------------------------------- concurrent
+
+
+@dataclass
+class WorkerResult:
+    index: int
+    latencies_ns: list[int] = field(default_factory=list)
+    start_ns: int = 0
+    end_ns: int = 0
+    probe: PhaseProbe | None = None
+    error: str | None = None
+
+
+def _writer_process(
+    config: Config,
+    table: str,
+    index: int,
+    commits: int,
+    barrier: Barrier,
+    progress: Array[c_int],
+    results: Queue[WorkerResult],
+) -> None:
+    """One writer process: warm up, wait at the barrier, then ``commits`` timed appends."""
+    out = WorkerResult(index)
+    try:
+        segments = [make_segment(f"w{index}", i) for i in range(commits)]
+        with TableWriter(config, table, writer_id=f"bench-writer-{index}") as writer:
+            probe = PhaseProbe.attach(writer)
+            writer.append([make_segment(f"warmup{index}", 0)])
+            probe.reset()
+            barrier.wait(timeout=300)
+            out.start_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
+            for i, segment in enumerate(segments):
+                start = time.perf_counter_ns()
+                writer.append([segment])
+                out.latencies_ns.append(time.perf_counter_ns() - start)
+                probe.mark()
+                progress[index] = i + 1
+            out.end_ns = time.perf_counter_ns()
+            out.probe = probe
+    except BaseException as exc:
+        barrier.abort()
+        out.error = f"{type(exc).__name__}: {exc}"
+    results.put(out)
+
+
+def run_concurrent(
+    config: Config,
+    table: str,
+    writers: int,
+    commits_per_writer: int,
+    *,
+    tick: Tick = no_tick,
+    timeout_s: float = 1800.0,
+) -> Run:
+    """``writers`` spawned processes appending to one table at once, started by a barrier."""
+    create_table(config, table)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(writers)
+    progress = ctx.RawArray(c_int, writers)
+    results: Queue[WorkerResult] = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_writer_process,
+            args=(config, table, i, commits_per_writer, barrier, progress, results),
+            name=f"bench-writer-{i}",
+        )
+        for i in range(writers)
+    ]
+    load_before = loadavg()
+    for proc in procs:
+        proc.start()
+    collected: list[WorkerResult] = []
+    reported = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(collected) < writers:
+            try:
+                collected.append(results.get(timeout=0.1))
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"writers did not finish within {timeout_s:.0f} s") from None
+                if not any(p.is_alive() for p in procs) and results.empty():
+                    raise RuntimeError("a writer process died without reporting") from None
+            done = sum(progress[:])
+            if done > reported:
+                tick(done - reported)
+                reported = done
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+    errors = [r.error for r in collected if r.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} writer(s) failed: {errors[0]}")
+    collected.sort(key=lambda r: r.index)
+    latencies = [ns for r in collected for ns in r.latencies_ns]
+    wall = max(r.end_ns for r in collected) - min(r.start_ns for r in collected)
+    run = Run(
+        "segcat",
+        "concurrent",
+        latencies,
+        wall,
+        writers=writers,
+        load_before=load_before,
+        load_after=loadavg(),
+    )
+    start_skew = max(r.start_ns for r in collected) - min(r.start_ns for r in collected)
+    run.details["start_skew_ms"] = round(start_skew / NS_PER_MS, 3)
+    run.details["per_writer_commits_per_s"] = [
+        round(len(r.latencies_ns) / ((r.end_ns - r.start_ns) / 1e9), 1) for r in collected
+    ]
+    run.details["breakdown"] = breakdown(latencies, [r.probe for r in collected if r.probe is not None])
+    with TableWriter(config, table, writer_id="bench-check") as checker:
+        run.details["live_segments_after"] = _check_live(checker, writers * (commits_per_writer + 1))
+    return run

@@ -1,0 +1,73 @@
+"""Tables on a real broker: creation with DESIGN §2's config, refusal of bad names and topics."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from catalog.config import Config
+from catalog.errors import InvalidTableName, MisconfiguredTable, TableAlreadyExists, TableNotFound
+from catalog.logreader import LogReader
+from catalog.names import TableName
+from catalog.table import Catalog
+from producers import TableWriter
+
+pytestmark = pytest.mark.kafka
+
+
+def _topics(config: Config) -> set[str]:
+    return set(AdminClient(config.kafka_client_config()).list_topics(timeout=10).topics)
+
+
+def test_create_sets_the_protocol_topic_config(catalog: Catalog, table_name: str) -> None:
+    table = catalog.create_table(table_name)
+    assert table.info.partitions == 1
+    assert table.info.config["cleanup.policy"] == "compact"
+    assert table.info.config["message.timestamp.type"] == "LogAppendTime"
+    assert table.info.config["compression.type"] == "zstd"
+    assert int(table.info.config["max.message.bytes"]) >= 16 * 1024 * 1024
+    assert "min.compaction.lag.ms" in table.info.config
+    assert TableName.parse(table_name) in catalog.list_tables()
+    with pytest.raises(TableAlreadyExists):
+        catalog.create_table(table_name)
+
+
+def test_open_missing_table_is_a_typed_error(catalog: Catalog, table_name: str) -> None:
+    with pytest.raises(TableNotFound, match="create it first"):
+        catalog.table(table_name)
+
+
+@pytest.mark.parametrize("bad", ["../x", "", "a" * 300, "ns.has space", "ns.t/../../etc", "ns", "a.b.c", "ns.t\n"])
+def test_invalid_names_never_reach_kafka(catalog: Catalog, config: Config, bad: str) -> None:
+    before = _topics(config)
+    with pytest.raises(InvalidTableName):
+        catalog.create_table(bad)
+    with pytest.raises(InvalidTableName):
+        TableWriter(config, bad)
+    assert _topics(config) == before
+
+
+@pytest.mark.parametrize(
+    ("partitions", "settings", "complaint"),
+    [
+        (2, {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"}, "2 partitions"),
+        (1, {"cleanup.policy": "delete", "message.timestamp.type": "LogAppendTime"}, "cleanup.policy"),
+        (1, {"cleanup.policy": "compact,delete", "message.timestamp.type": "LogAppendTime"}, "cleanup.policy"),
+        (1, {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime"}, "LogAppendTime"),
+    ],
+)
+def test_misconfigured_topics_are_refused_before_any_write(
+    catalog: Catalog, config: Config, table_name: str, partitions: int, settings: dict[str, str], complaint: str
+) -> None:
+    name = TableName.parse(table_name)
+    admin = AdminClient(config.kafka_client_config())
+    admin.create_topics([NewTopic(name.topic, num_partitions=partitions, replication_factor=1, config=settings)])[
+        name.topic
+    ].result(30)
+    with pytest.raises(MisconfiguredTable, match=complaint):
+        catalog.table(table_name)
+    with pytest.raises(MisconfiguredTable):
+        TableWriter(config, table_name)
+    with LogReader(config, name) as reader:
+        assert reader.watermarks() == (0, 0)
