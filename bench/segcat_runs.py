@@ -19,8 +19,8 @@ import queue
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from ctypes import Array, c_int
+from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
