@@ -79,3 +79,7 @@ class InvalidCommit(SegcatError):
 
 class VersionNotFound(SegcatError):
     """The asked version or timestamp lies outside the table's retained history."""
+
+
+class CorruptKeyFrame(SegcatError):
+    """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""

@@ -43,7 +43,9 @@ def run(config: Config, table: str, index: int, commits: int, out: Path, start: 
                 adds = [segment(f"w{index}-c{k}", rng.choice(PARTITIONS))]
                 commit = writer.new_commit(Operation.COMPACT, drops=drops, adds=adds)
             else:
-                commit = writer.new_commit(Operation.APPEND, adds=[segment(f"w{index}-a{k}", rng.choice(PARTITIONS))])
+                commit = writer.new_commit(
+                    Operation.APPEND, adds=[segment(f"w{index}-a{k}", rng.choice(PARTITIONS))]
+                )
             try:
                 version = writer.commit(commit)
                 results.append({"commit_id": commit.commit_id, "outcome": "ACCEPTED", "version": version})

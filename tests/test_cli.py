@@ -28,7 +28,11 @@ def _env(config: Config) -> dict[str, str]:
 def segcat(config: Config, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from catalog.cli import main; main()", *args],
-        env=_env(config), input=stdin, capture_output=True, text=True, timeout=120,
+        env=_env(config),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -36,8 +40,16 @@ def _append_doc(*ids: str, partition: str = "2020-01") -> dict[str, object]:
     return {
         "operation": "APPEND",
         "adds": [
-            {"segment_id": i, "path": f"data/{i}.parquet", "size_bytes": 10, "row_count": 2, "partition": partition,
-             "stats": [{"column": "d", "type": "DATE", "min": "2020-01-01", "max": "2020-01-31", "null_count": 0}]}
+            {
+                "segment_id": i,
+                "path": f"data/{i}.parquet",
+                "size_bytes": 10,
+                "row_count": 2,
+                "partition": partition,
+                "stats": [
+                    {"column": "d", "type": "DATE", "min": "2020-01-01", "max": "2020-01-31", "null_count": 0}
+                ],
+            }
             for i in ids
         ],
         "properties": {"job": "cli-test"},
@@ -55,13 +67,26 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
     first = segcat(config, "commit", table_name, str(doc))
     assert first.returncode == 0, first.stderr
     assert "version 0" in first.stdout
-    second = segcat(config, "commit", table_name, "-", stdin=json.dumps({"operation": "COMPACT", "drops": ["a", "b"],
-                                                                         **{k: v for k, v in _append_doc("ab").items() if k == "adds"}}))
+    second = segcat(
+        config,
+        "commit",
+        table_name,
+        "-",
+        stdin=json.dumps(
+            {
+                "operation": "COMPACT",
+                "drops": ["a", "b"],
+                **{k: v for k, v in _append_doc("ab").items() if k == "adds"},
+            }
+        ),
+    )
     assert second.returncode == 0, second.stderr
 
     lines = [json.loads(line) for line in segcat(config, "log", table_name, "--json").stdout.splitlines()]
     assert [(r["offset"], r["outcome"], r["commit"]["operation"]) for r in lines] == [
-        (0, "ACCEPTED", "APPEND"), (1, "ACCEPTED", "COMPACT")]
+        (0, "ACCEPTED", "APPEND"),
+        (1, "ACCEPTED", "COMPACT"),
+    ]
     assert lines[0]["commit"]["adds"][0]["stats"][0]["min"] == "2020-01-01"
 
     head = json.loads(segcat(config, "show", table_name, "--json").stdout)
@@ -72,7 +97,9 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
     assert "+1 load" in diff.stdout and "-2 unload" in diff.stdout
 
 
-def test_a_losing_commit_exits_non_zero_with_the_rule(config: Config, table_name: str, tmp_path: Path) -> None:
+def test_a_losing_commit_exits_non_zero_with_the_rule(
+    config: Config, table_name: str, tmp_path: Path
+) -> None:
     segcat(config, "table", "create", table_name)
     segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
     again = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))

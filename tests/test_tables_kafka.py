@@ -38,7 +38,9 @@ def test_open_missing_table_is_a_typed_error(catalog: Catalog, table_name: str) 
         catalog.table(table_name)
 
 
-@pytest.mark.parametrize("bad", ["../x", "", "a" * 300, "ns.has space", "ns.t/../../etc", "ns", "a.b.c", "ns.t\n"])
+@pytest.mark.parametrize(
+    "bad", ["../x", "", "a" * 300, "ns.has space", "ns.t/../../etc", "ns", "a.b.c", "ns.t\n"]
+)
 def test_invalid_names_never_reach_kafka(catalog: Catalog, config: Config, bad: str) -> None:
     before = _topics(config)
     with pytest.raises(InvalidTableName):
@@ -53,18 +55,27 @@ def test_invalid_names_never_reach_kafka(catalog: Catalog, config: Config, bad: 
     [
         (2, {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"}, "2 partitions"),
         (1, {"cleanup.policy": "delete", "message.timestamp.type": "LogAppendTime"}, "cleanup.policy"),
-        (1, {"cleanup.policy": "compact,delete", "message.timestamp.type": "LogAppendTime"}, "cleanup.policy"),
+        (
+            1,
+            {"cleanup.policy": "compact,delete", "message.timestamp.type": "LogAppendTime"},
+            "cleanup.policy",
+        ),
         (1, {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime"}, "LogAppendTime"),
     ],
 )
 def test_misconfigured_topics_are_refused_before_any_write(
-    catalog: Catalog, config: Config, table_name: str, partitions: int, settings: dict[str, str], complaint: str
+    catalog: Catalog,
+    config: Config,
+    table_name: str,
+    partitions: int,
+    settings: dict[str, str],
+    complaint: str,
 ) -> None:
     name = TableName.parse(table_name)
     admin = AdminClient(config.kafka_client_config())
-    admin.create_topics([NewTopic(name.topic, num_partitions=partitions, replication_factor=1, config=settings)])[
-        name.topic
-    ].result(30)
+    admin.create_topics(
+        [NewTopic(name.topic, num_partitions=partitions, replication_factor=1, config=settings)]
+    )[name.topic].result(30)
     with pytest.raises(MisconfiguredTable, match=complaint):
         catalog.table(table_name)
     with pytest.raises(MisconfiguredTable):

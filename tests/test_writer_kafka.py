@@ -94,11 +94,15 @@ def test_same_commit_twice_is_one_version(config: Config, table: Table) -> None:
     assert [h.version for h in table.history()] == [v1]
 
 
-def test_retry_after_a_lost_acknowledgement_returns_the_original_version(config: Config, table: Table) -> None:
+def test_retry_after_a_lost_acknowledgement_returns_the_original_version(
+    config: Config, table: Table
+) -> None:
     with TableWriter(config, table.name) as writer:
         commit = writer.new_commit(Operation.APPEND, adds=[segment("lost-ack")])
         # the first attempt reached the log, but the writer never heard back
-        (offset,) = produce_raw(config, table.name.topic, [(commit.commit_id.encode(), codec.encode_commit(commit))])
+        (offset,) = produce_raw(
+            config, table.name.topic, [(commit.commit_id.encode(), codec.encode_commit(commit))]
+        )
         assert writer.commit(commit) == offset
     assert table.snapshot().live_count == 1
 
@@ -109,14 +113,18 @@ def test_malformed_commit_is_refused_before_sending(config: Config, table: Table
             writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("a")], drops=["zzz"]))
         with pytest.raises(MalformedCommit, match="relative to the table root"):
             bad = segment("b")
-            writer.append([type(bad)(**{**{f: getattr(bad, f) for f in bad.__slots__}, "path": "/etc/passwd"})])
+            writer.append(
+                [type(bad)(**{**{f: getattr(bad, f) for f in bad.__slots__}, "path": "/etc/passwd"})]
+            )
     assert _high(config, table) == 0
 
 
-def test_commit_larger_than_the_topic_limit_is_refused(catalog: Catalog, config: Config, table_name: str) -> None:
+def test_commit_larger_than_the_topic_limit_is_refused(
+    catalog: Catalog, config: Config, table_name: str
+) -> None:
     table = catalog.create_table(table_name, max_message_bytes=64 * 1024)
     with TableWriter(config, table.name) as writer:
-        with pytest.raises(CommitTooLarge, match="max.message.bytes"):
+        with pytest.raises(CommitTooLarge, match=r"max\.message\.bytes"):
             writer.append([segment(f"big-{i}") for i in range(2_000)])
         assert writer.append([segment("small")]) == 0
     assert _high(config, table) == 1

@@ -51,9 +51,7 @@ def ensure_jars(layout: Layout, reporter: Reporter) -> Path:
     pom.write_text(Template(template).substitute(kafka_version=layout.kafka_version))
     staging = layout.kafka_dist / "jars.partial"
     shutil.rmtree(staging, ignore_errors=True)
-    with reporter.step(
-        f"Fetching Apache Kafka {layout.kafka_version} jars with Maven (first run only)"
-    ):
+    with reporter.step(f"Fetching Apache Kafka {layout.kafka_version} jars with Maven (first run only)"):
         _mvn(
             mvn,
             pom,
@@ -121,6 +119,5 @@ def _mvn(mvn: str, pom: Path, *args: str) -> None:
     if out.returncode != 0:
         lines = "\n".join((out.stdout + out.stderr).splitlines()[-30:])
         raise StackError(
-            f"`{' '.join(argv)}` failed (exit {out.returncode}); is Maven Central reachable?\n"
-            f"{lines}"
+            f"`{' '.join(argv)}` failed (exit {out.returncode}); is Maven Central reachable?\n{lines}"
         )

@@ -81,9 +81,7 @@ def cmdline(pid: int) -> str | None:
     ps = shutil.which("ps")
     if ps is None:
         return None
-    out = subprocess.run(
-        [ps, "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run([ps, "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False)
     return out.stdout.strip() or None
 
 
@@ -226,4 +224,3 @@ def rotate_log(path: Path, max_bytes: int = 20 * 1024 * 1024) -> None:
             path.replace(path.with_name(path.name + ".1"))
     except OSError:
         pass
-

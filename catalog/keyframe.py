@@ -1,0 +1,193 @@
+"""Key frames: a whole ``TableState`` as one Arrow table, as Parquet or as Arrow IPC.
+
+A key frame holds two views of the live segments: ``segment_avro`` (each segment in
+Avro, lossless, what a materializer recovers its image from) and the wide, typed columns
+of ``segments_arrow`` (what readers list and prune on without decoding anything). The
+rest of the state (windows, tombstones, schema, properties, counters) travels as JSON in
+the schema metadata. A SHA-256 over that JSON and the Avro column is stored beside it
+and checked on every load, so a flipped byte or a truncated object is always detected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from catalog import codec
+from catalog.errors import CorruptKeyFrame
+from catalog.model import Tombstone
+from catalog.segments_arrow import segments_table
+from catalog.state import LiveSegment, TableState
+
+FORMAT_VERSION = 1
+META_KEY = b"segcat.keyframe"
+CHECKSUM_KEY = b"segcat.checksum"
+
+
+@dataclass(frozen=True)
+class KeyFrame:
+    """A decoded key frame: the reader view (Arrow) and the metadata; state on demand."""
+
+    table: pa.Table
+    meta: dict[str, Any]
+
+    @property
+    def version(self) -> int:
+        return int(self.meta["version"])
+
+    def state(self) -> TableState:
+        return state_from_keyframe(self)
+
+
+def _segment_schema() -> Any:
+    current, _ = codec._schemas()
+    return next(f["type"]["items"] for f in current.parsed["fields"] if f["name"] == "adds")
+
+
+def _encode_segment(live: LiveSegment, schema: Any) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema, codec.segment_to_avro(live.segment))
+    return out.getvalue()
+
+
+def _meta(state: TableState) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "table": state.table,
+        "version": state.version,
+        "last_accepted_version": state.last_accepted_version,
+        "last_accepted_timestamp_ms": state.last_accepted_timestamp_ms,
+        "last_commit_id": state.last_commit_id,
+        "tombstones": [[t.predicate, t.version] for t in state.tombstones],
+        "schema": state.schema,
+        "schema_version": state.schema_version,
+        "properties": state.properties,
+        "partition_touched": [[p, v] for p, v in state.partition_touched.items()],
+        "last_data_version": state.last_data_version,
+        "last_tombstone_version": state.last_tombstone_version,
+        "recent_commits": list(state.recent_commits.items()),
+        "recently_dropped": list(state.recently_dropped.items()),
+        "live_bytes": state.live_bytes,
+        "live_rows": state.live_rows,
+        "counts": [state.accepted, state.rejected, state.invalid, state.duplicates],
+    }
+
+
+def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray) -> str:
+    """SHA-256 over the metadata JSON, the columns' names and types, and the Avro segments.
+
+    Computed on whole Arrow buffers, so verifying a million segments costs milliseconds.
+    """
+    digest = hashlib.sha256(meta_json)
+    digest.update("\n".join(f"{f.name}:{f.type}" for f in schema).encode())
+    values = pa.concat_arrays(avro_column.chunks) if avro_column.num_chunks else pa.array([], pa.binary())
+    if len(values):
+        offsets_buffer = values.buffers()[1]
+        offsets = pa.Array.from_buffers(pa.int32(), len(values) + 1, [None, offsets_buffer], values.offset)
+        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        lengths = pc.subtract(offsets[1:], offsets[:-1]).cast(pa.int32())
+        digest.update(memoryview(lengths.buffers()[1])[: 4 * len(values)])
+        digest.update(memoryview(values.buffers()[2])[start:end])
+    return digest.hexdigest()
+
+
+def build(state: TableState) -> pa.Table:
+    """The key-frame table for ``state``, with metadata and checksum attached."""
+    schema = _segment_schema()
+    view = segments_table(state.segments.values())
+    ordered = sorted(state.segments.values(), key=lambda live: live.segment.segment_id)
+    avro = pa.chunked_array([pa.array([_encode_segment(live, schema) for live in ordered], type=pa.binary())])
+    meta_json = json.dumps(_meta(state), separators=(",", ":"), sort_keys=True).encode()
+    table = view.append_column("segment_avro", avro)
+    checksum = _checksum(meta_json, table.schema, avro).encode()
+    return table.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
+
+
+def verify(table: pa.Table) -> KeyFrame:
+    """Check the checksum and format of a loaded key-frame table."""
+    metadata = table.schema.metadata or {}
+    meta_json, checksum = metadata.get(META_KEY), metadata.get(CHECKSUM_KEY)
+    if meta_json is None or checksum is None or "segment_avro" not in table.column_names:
+        raise CorruptKeyFrame("not a segcat key frame (metadata or segment_avro column missing)")
+    if _checksum(meta_json, table.schema, table.column("segment_avro")).encode() != checksum:
+        raise CorruptKeyFrame("key frame checksum mismatch")
+    meta = json.loads(meta_json)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CorruptKeyFrame(f"unsupported key frame format {meta.get('format_version')!r}; upgrade segcat")
+    return KeyFrame(table, meta)
+
+
+def to_parquet(table: pa.Table) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="zstd", write_page_checksum=True, store_schema=True)
+    return out.getvalue()
+
+
+def from_parquet(data: bytes) -> KeyFrame:
+    try:
+        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptKeyFrame(f"unreadable key frame: {exc}") from exc
+    return verify(table)
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def from_ipc(data: bytes) -> KeyFrame:
+    try:
+        with pa.ipc.open_stream(pa.BufferReader(data)) as reader:
+            table = reader.read_all()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise CorruptKeyFrame(f"unreadable key frame: {exc}") from exc
+    return verify(table)
+
+
+def state_from_keyframe(frame: KeyFrame) -> TableState:
+    """Rebuild the full image (for a materializer or writer to go on applying rules)."""
+    meta = frame.meta
+    schema = _segment_schema()
+    versions = frame.table.column("added_version").to_pylist()
+    segments: dict[str, LiveSegment] = {}
+    for raw, added in zip(frame.table.column("segment_avro").to_pylist(), versions, strict=True):
+        decoded = fastavro.schemaless_reader(io.BytesIO(raw), schema, None)
+        assert isinstance(decoded, dict)
+        segment = codec.segment_from_avro(decoded)
+        segments[segment.segment_id] = LiveSegment(segment, added)
+    accepted, rejected, invalid, duplicates = meta["counts"]
+    return TableState(
+        table=meta["table"],
+        version=meta["version"],
+        last_accepted_version=meta["last_accepted_version"],
+        last_accepted_timestamp_ms=meta["last_accepted_timestamp_ms"],
+        last_commit_id=meta["last_commit_id"],
+        segments=segments,
+        tombstones=[Tombstone(p, v) for p, v in meta["tombstones"]],
+        schema=meta["schema"],
+        schema_version=meta["schema_version"],
+        properties=dict(meta["properties"]),
+        partition_touched={p: v for p, v in meta["partition_touched"]},
+        last_data_version=meta["last_data_version"],
+        last_tombstone_version=meta["last_tombstone_version"],
+        recent_commits=OrderedDict((k, v) for k, v in meta["recent_commits"]),
+        recently_dropped=OrderedDict((k, v) for k, v in meta["recently_dropped"]),
+        live_bytes=meta["live_bytes"],
+        live_rows=meta["live_rows"],
+        accepted=accepted,
+        rejected=rejected,
+        invalid=invalid,
+        duplicates=duplicates,
+    )
