@@ -51,6 +51,16 @@ class Config:
     request_timeout_s: float = 30.0
     redis_username: str | None = None
     redis_password: str | None = None
+    s3_endpoint: str | None = None
+    """Endpoint override for ``s3://`` warehouses (MinIO, a test server); None = AWS."""
+    s3_region: str | None = None
+    keyframe_every_commits: int = 1_000
+    """K: write a key frame after this many accepted commits ..."""
+    keyframe_every_seconds: float = 60.0
+    """T: ... or when the oldest commit not in a key frame is this old ..."""
+    keyframe_every_bytes: int = 8 * 1024 * 1024
+    """D: ... or when the deltas since the last key frame reach this many bytes."""
+    metrics_port: int = 9464
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> Config:
@@ -104,6 +114,18 @@ class Config:
             ),
             redis_username=env.get("SEGCAT_REDIS_USERNAME") or data.get("redis_username"),
             redis_password=env.get("SEGCAT_REDIS_PASSWORD") or data.get("redis_password"),
+            s3_endpoint=env.get("SEGCAT_S3_ENDPOINT") or data.get("s3_endpoint"),
+            s3_region=env.get("SEGCAT_S3_REGION") or data.get("s3_region"),
+            keyframe_every_commits=_int(
+                env, "SEGCAT_KEYFRAME_EVERY_COMMITS", data.get("keyframe_every_commits", 1_000)
+            ),
+            keyframe_every_seconds=float(
+                env.get("SEGCAT_KEYFRAME_EVERY_SECONDS") or data.get("keyframe_every_seconds", 60.0)
+            ),
+            keyframe_every_bytes=_int(
+                env, "SEGCAT_KEYFRAME_EVERY_BYTES", data.get("keyframe_every_bytes", 8 * 1024 * 1024)
+            ),
+            metrics_port=_int(env, "SEGCAT_METRICS_PORT", data.get("metrics_port", 9464)),
         )
 
     def with_services(self, bootstrap_servers: str, redis_url: str) -> Config:
