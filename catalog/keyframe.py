@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ import pyarrow.parquet as pq
 
 from catalog import codec
 from catalog.errors import CorruptKeyFrame
-from catalog.model import Tombstone
+from catalog.model import Segment, Tombstone
 from catalog.segments_arrow import segments_table
 from catalog.state import LiveSegment, TableState
 
@@ -100,16 +101,58 @@ def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray)
     return digest.hexdigest()
 
 
+def segment_rows(live: Iterable[LiveSegment]) -> pa.Table:
+    """Key-frame rows (wide reader columns + lossless ``segment_avro``), ordered by segment_id."""
+    schema = _segment_schema()
+    ordered = sorted(live, key=lambda item: item.segment.segment_id)
+    view = segments_table(ordered)
+    avro = pa.array([_encode_segment(item, schema) for item in ordered], type=pa.binary())
+    return view.append_column("segment_avro", avro)
+
+
 def build(state: TableState) -> pa.Table:
     """The key-frame table for ``state``, with metadata and checksum attached."""
-    schema = _segment_schema()
-    view = segments_table(state.segments.values())
-    ordered = sorted(state.segments.values(), key=lambda live: live.segment.segment_id)
-    avro = pa.chunked_array([pa.array([_encode_segment(live, schema) for live in ordered], type=pa.binary())])
+    return seal(segment_rows(state.segments.values()), state)
+
+
+def seal(rows: pa.Table, state: TableState) -> pa.Table:
+    """Attach ``state``'s metadata and the checksum to key-frame rows (sorted by segment_id).
+
+    Lets a materializer keep its rows up to date incrementally instead of rebuilding
+    every segment for every key frame.
+    """
+    if rows.num_rows != state.live_count:
+        raise ValueError(f"{rows.num_rows} rows for {state.live_count} live segments")
+    rows = rows.replace_schema_metadata(None)
+    if rows.num_rows:
+        rows = rows.sort_by("segment_id")
     meta_json = json.dumps(_meta(state), separators=(",", ":"), sort_keys=True).encode()
-    table = view.append_column("segment_avro", avro)
-    checksum = _checksum(meta_json, table.schema, avro).encode()
-    return table.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
+    checksum = _checksum(meta_json, rows.schema, rows.column("segment_avro")).encode()
+    return rows.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
+
+
+def light_state(frame: KeyFrame) -> TableState:
+    """The image the rules need, built fast from the wide columns (segments carry no stats).
+
+    Enough to judge later records (membership, sizes, partitions); not for writing key frames.
+    """
+    columns = frame.table.select(
+        ["segment_id", "path", "size_bytes", "row_count", "partition", "added_version"]
+    )
+    data = columns.to_pydict()
+    segments = {
+        sid: LiveSegment(Segment(sid, path, size, rows, partition), added)
+        for sid, path, size, rows, partition, added in zip(
+            data["segment_id"],
+            data["path"],
+            data["size_bytes"],
+            data["row_count"],
+            data["partition"],
+            data["added_version"],
+            strict=True,
+        )
+    }
+    return _state_from_meta(frame.meta, segments)
 
 
 def verify(table: pa.Table) -> KeyFrame:
@@ -158,7 +201,6 @@ def from_ipc(data: bytes) -> KeyFrame:
 
 def state_from_keyframe(frame: KeyFrame) -> TableState:
     """Rebuild the full image (for a materializer or writer to go on applying rules)."""
-    meta = frame.meta
     schema = _segment_schema()
     versions = frame.table.column("added_version").to_pylist()
     segments: dict[str, LiveSegment] = {}
@@ -167,6 +209,10 @@ def state_from_keyframe(frame: KeyFrame) -> TableState:
         assert isinstance(decoded, dict)
         segment = codec.segment_from_avro(decoded)
         segments[segment.segment_id] = LiveSegment(segment, added)
+    return _state_from_meta(frame.meta, segments)
+
+
+def _state_from_meta(meta: dict[str, Any], segments: dict[str, LiveSegment]) -> TableState:
     accepted, rejected, invalid, duplicates = meta["counts"]
     return TableState(
         table=meta["table"],

@@ -1,12 +1,21 @@
-"""A table at one version: the live segments and everything else a reader needs."""
+"""A table at one version: the live segments and everything else a reader needs.
+
+Backed either by a ``TableState`` (a replay) or by a ``FrameView`` (a key frame plus
+deltas, all Arrow); readers see the same API and the same answers from both.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import io
+from dataclasses import dataclass, replace
 from functools import cached_property
 
+import fastavro
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from catalog import codec, keyframe
+from catalog.frame_view import FrameView
 from catalog.model import Segment, Tombstone
 from catalog.segments_arrow import segments_table
 from catalog.state import TableState
@@ -23,61 +32,110 @@ class SnapshotDiff:
 
 
 class Snapshot:
-    """Immutable view of ``state`` as of ``version`` (the last accepted version ≤ the ask)."""
+    """Immutable view of a table as of ``version`` (the last accepted version ≤ the ask)."""
 
-    def __init__(self, state: TableState, table_root: str) -> None:
-        self._state = state
+    def __init__(self, source: TableState | FrameView, table_root: str, *, origin: str = "kafka") -> None:
+        self._state = source if isinstance(source, TableState) else None
+        self._frame = source if isinstance(source, FrameView) else None
         self._root = table_root.rstrip("/")
+        self.origin = origin
+        """Where the answer came from: "redis", "object-store" or "kafka" (replay)."""
+
+    # ------------------------------------------------------------------ scalars
 
     @property
     def table(self) -> str:
-        return self._state.table
+        return self._state.table if self._state is not None else self._view.table
 
     @property
     def version(self) -> int:
-        return self._state.last_accepted_version
+        return self._state.last_accepted_version if self._state is not None else self._view.version
 
     @property
     def timestamp_ms(self) -> int:
-        return self._state.last_accepted_timestamp_ms
-
-    @property
-    def state(self) -> TableState:
-        return self._state
+        return self._state.last_accepted_timestamp_ms if self._state is not None else self._view.timestamp_ms
 
     @property
     def schema(self) -> str | None:
-        return self._state.schema
+        return self._state.schema if self._state is not None else self._view.schema
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self._state.properties)
+        return dict(self._state.properties if self._state is not None else self._view.properties)
 
     @property
     def tombstones(self) -> tuple[Tombstone, ...]:
-        return tuple(self._state.tombstones)
+        return tuple(self._state.tombstones) if self._state is not None else self._view.tombstones
 
     @property
     def live_count(self) -> int:
-        return self._state.live_count
+        return self._state.live_count if self._state is not None else self._view.live_count
+
+    @property
+    def live_rows(self) -> int:
+        return self._state.live_rows if self._state is not None else self._view.live_rows
+
+    @property
+    def live_bytes(self) -> int:
+        return self._state.live_bytes if self._state is not None else self._view.live_bytes
+
+    @property
+    def _view(self) -> FrameView:
+        assert self._frame is not None
+        return self._frame
+
+    # ------------------------------------------------------------------ segments
 
     @cached_property
     def segments(self) -> pa.Table:
-        return segments_table(self._state.segments.values())
+        """Live segments, one row each: ids, paths, sizes and typed ``min:``/``max:``/``nulls:`` stats."""
+        if self._state is not None:
+            return segments_table(self._state.segments.values())
+        rows = self._view.rows
+        return rows.drop_columns(["segment_avro"]) if "segment_avro" in rows.column_names else rows
+
+    def segment_ids(self) -> frozenset[str]:
+        if self._state is not None:
+            return frozenset(self._state.segments)
+        return frozenset(self._view.rows.column("segment_id").to_pylist())
 
     def segment_list(self) -> list[Segment]:
-        return [self._state.segments[k].segment for k in sorted(self._state.segments)]
+        """Every live segment as a ``Segment`` (decoded on demand), ordered by id."""
+        if self._state is not None:
+            return [self._state.segments[k].segment for k in sorted(self._state.segments)]
+        rows = self._view.rows
+        if rows.num_rows == 0:
+            return []
+        rows = rows.sort_by("segment_id")
+        schema = keyframe._segment_schema()
+        out = []
+        for raw in rows.column("segment_avro").to_pylist():
+            decoded = fastavro.schemaless_reader(io.BytesIO(raw), schema, None)
+            assert isinstance(decoded, dict)
+            out.append(codec.segment_from_avro(decoded))
+        return out
 
     def files(self) -> list[str]:
-        """Absolute paths / URIs of the live segment files."""
-        return [self.resolve(s.path) for s in self.segment_list()]
+        """Absolute paths / URIs of the live segment files, ordered by segment id."""
+        table = self.segments.sort_by("segment_id") if self.segments.num_rows else self.segments
+        return [self.resolve(path) for path in table.column("path").to_pylist()]
 
     def resolve(self, path: str) -> str:
         return path if "://" in path else f"{self._root}/{path}"
 
     def diff(self, other: Snapshot) -> SnapshotDiff:
         """Segments to load (in ``other``, not here) and to unload (here, not in ``other``)."""
-        mine, theirs = self._state.segments, other._state.segments
-        added = tuple(theirs[k].segment for k in sorted(theirs.keys() - mine.keys()))
-        removed = tuple(mine[k].segment for k in sorted(mine.keys() - theirs.keys()))
+        mine, theirs = self.segment_ids(), other.segment_ids()
+        added = other._select(theirs - mine)
+        removed = self._select(mine - theirs)
         return SnapshotDiff(self.version, other.version, added, removed)
+
+    def _select(self, ids: frozenset[str]) -> tuple[Segment, ...]:
+        if not ids:
+            return ()
+        if self._state is not None:
+            return tuple(self._state.segments[k].segment for k in sorted(ids))
+        rows = self._view.rows
+        wanted = pa.array(sorted(ids), pa.string())
+        picked = replace(self._view, rows=rows.filter(pc.is_in(rows.column("segment_id"), value_set=wanted)))
+        return tuple(Snapshot(picked, self._root).segment_list())

@@ -90,8 +90,8 @@ def show_cmd(name: str, version: int | None, as_of: str | None, limit: int, as_j
                     "version": snap.version,
                     "timestamp_ms": snap.timestamp_ms,
                     "live_segments": len(segments),
-                    "rows": snap.state.live_rows,
-                    "bytes": snap.state.live_bytes,
+                    "rows": snap.live_rows,
+                    "bytes": snap.live_bytes,
                     "schema": snap.schema,
                     "properties": snap.properties,
                     "tombstones": [{"predicate": t.predicate, "version": t.version} for t in snap.tombstones],
@@ -102,7 +102,7 @@ def show_cmd(name: str, version: int | None, as_of: str | None, limit: int, as_j
         return
     console.print(
         f"[bold]{table.name}[/] version [bold cyan]{snap.version}[/] at {fmt_ts(snap.timestamp_ms)}: "
-        f"{len(segments):,} live segments, {snap.state.live_rows:,} rows, {snap.state.live_bytes:,} bytes"
+        f"{len(segments):,} live segments, {snap.live_rows:,} rows, {snap.live_bytes:,} bytes"
     )
     for tomb in snap.tombstones:
         console.print(f"  tombstone @{tomb.version}: {tomb.predicate}")
