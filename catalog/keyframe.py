@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from catalog import codec
 from catalog.errors import CorruptKeyFrame
 from catalog.model import Segment, Tombstone
-from catalog.segments_arrow import segments_table
+from catalog.segments_arrow import BASE_SCHEMA, segments_table
 from catalog.state import LiveSegment, TableState
 
 FORMAT_VERSION = 1
@@ -123,12 +123,19 @@ def seal(rows: pa.Table, state: TableState) -> pa.Table:
     """
     if rows.num_rows != state.live_count:
         raise ValueError(f"{rows.num_rows} rows for {state.live_count} live segments")
-    rows = rows.replace_schema_metadata(None)
+    rows = canonical_columns(rows.replace_schema_metadata(None))
     if rows.num_rows:
         rows = rows.sort_by("segment_id")
     meta_json = json.dumps(_meta(state), separators=(",", ":"), sort_keys=True).encode()
     checksum = _checksum(meta_json, rows.schema, rows.column("segment_avro")).encode()
     return rows.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
+
+
+def canonical_columns(rows: pa.Table) -> pa.Table:
+    """Base columns, then stats columns by name, then ``segment_avro``: one layout however built."""
+    base = list(BASE_SCHEMA.names)
+    stats = sorted(name for name in rows.column_names if name not in base and name != "segment_avro")
+    return rows.select([*base, *stats, "segment_avro"])
 
 
 def light_state(frame: KeyFrame) -> TableState:

@@ -9,15 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from catalog import lookup
 from catalog.config import Config
 from catalog.errors import VersionNotFound
+from catalog.keyframe import KeyFrame
 from catalog.logreader import LogReader
 from catalog.model import Commit
 from catalog.names import TableName, table_name
+from catalog.objectstore import ObjectStore
+from catalog.redis_store import RedisStore
 from catalog.replay import Applied, Listener, replay
 from catalog.rules import Outcome
 from catalog.snapshot import Snapshot, SnapshotDiff
 from catalog.state import TableState
+from catalog.table_files import TableFiles
 from catalog.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
 
 
@@ -31,9 +36,11 @@ class HistoryEntry:
 class Catalog:
     """Entry point for readers and tools: tables by name, created or opened."""
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, use_redis: bool = True) -> None:
         self.config = config or Config.load()
         self._admin: TopicAdmin | None = None
+        self.redis = RedisStore.from_config(self.config) if use_redis else None
+        self.store = ObjectStore.from_config(self.config)
 
     @property
     def admin(self) -> TopicAdmin:
@@ -46,12 +53,15 @@ class Catalog:
     ) -> Table:
         parsed = table_name(name)
         info = self.admin.create(parsed, max_message_bytes=max_message_bytes)
-        return Table(self.config, info)
+        return self._open(info)
 
     def table(self, name: str | TableName) -> Table:
         """Open an existing table; refuses a misconfigured topic before anything is read."""
         parsed = table_name(name)
-        return Table(self.config, self.admin.describe(parsed))
+        return self._open(self.admin.describe(parsed))
+
+    def _open(self, info: TopicInfo) -> Table:
+        return Table(self.config, info, redis=self.redis, files=TableFiles(self.store, info.name))
 
     def list_tables(self) -> list[TableName]:
         return self.admin.list_tables()
@@ -65,13 +75,28 @@ def table_root(config: Config, name: TableName) -> str:
 
 
 class Table:
-    """One table: snapshots at any version or time, history and diffs."""
+    """One table: snapshots at any version or time, history and diffs.
 
-    def __init__(self, config: Config, info: TopicInfo) -> None:
+    Snapshots come from the first source that can answer: Redis (key frame + deltas),
+    object storage (key frame + commit archives), then Kafka for whatever the
+    materializer has not covered yet. Without Redis or object storage, answers are the
+    same, only slower.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        info: TopicInfo,
+        *,
+        redis: RedisStore | None = None,
+        files: TableFiles | None = None,
+    ) -> None:
         self.config = config
         self.info = info
         self.name = info.name
         self.root = table_root(config, info.name)
+        self.redis = redis
+        self.files = files
 
     def _reader(self) -> LogReader:
         return LogReader(self.config, self.name)
@@ -93,7 +118,10 @@ class Table:
     def state(
         self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None
     ) -> TableState:
-        """Replay the table up to ``version`` / ``as_of_ms``; ``listener`` sees every record (progress)."""
+        """Replay the whole log up to ``version`` / ``as_of_ms``; ``listener`` sees every record.
+
+        The slow, always-correct path: what every faster source must agree with.
+        """
         bound = self.resolve_version(version, as_of_ms)
         state = TableState(self.name.qualified)
         if bound is not None and bound < 0:
@@ -104,10 +132,39 @@ class Table:
         return state
 
     def snapshot(
-        self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None
+        self,
+        version: int | None = None,
+        as_of_ms: int | None = None,
+        *,
+        listener: Listener | None = None,
+        sources: tuple[str, ...] = ("redis", "object-store", "kafka"),
     ) -> Snapshot:
-        """The table at ``version`` (any offset) or as of a broker timestamp; default: head."""
-        return Snapshot(self.state(version, as_of_ms, listener=listener), self.root)
+        """The table at ``version`` (any offset) or as of a broker timestamp; default: the head.
+
+        The head is the materialized head when Redis answers (milliseconds behind Kafka at
+        most); otherwise the log's end. ``sources`` narrows the lookup chain (tests, tools).
+        """
+        bound = self.resolve_version(version, as_of_ms)
+        if bound is not None and bound < 0:
+            return Snapshot(TableState(self.name.qualified), self.root)
+        if "redis" in sources and self.redis is not None:
+            found = lookup.from_redis(self.redis, self.name.qualified, bound)
+            if found is not None:
+                return Snapshot(found.frame, self.root, origin=found.origin)
+        start: KeyFrame | None = None
+        stored: lookup.Found | None = None
+        if "object-store" in sources and self.files is not None:
+            stored, start = lookup.from_object_store(self.files, bound)
+            if stored is not None and bound is not None and stored.frame.offset >= bound:
+                return Snapshot(stored.frame, self.root, origin=stored.origin)
+        if "kafka" not in sources:
+            raise VersionNotFound(f"no source among {sources} can answer for {self.name}")
+        if stored is None:
+            return Snapshot(self.state(bound, listener=listener), self.root)
+        with self._reader() as reader:
+            tail, last = lookup.kafka_tail(reader, start, self.name.qualified, stored.frame.offset, bound)
+        frame = stored.frame.apply(tail, offset=max(last, stored.frame.offset))
+        return Snapshot(frame, self.root, origin="kafka" if tail else stored.origin)
 
     def head_offset(self) -> int:
         """The offset of the newest record (-1 for an empty topic)."""

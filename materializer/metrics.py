@@ -1,0 +1,64 @@
+"""Prometheus metrics of the materializer (scraped from ``--metrics-port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+RECORDS = Counter(
+    "segcat_materializer_records_total",
+    "Log records applied, by table and verdict",
+    ["table", "outcome"],
+    registry=REGISTRY,
+)
+LAG = Gauge(
+    "segcat_materializer_lag_records",
+    "High watermark minus next offset to apply",
+    ["table"],
+    registry=REGISTRY,
+)
+HEAD = Gauge(
+    "segcat_materializer_head_version", "Last accepted version applied", ["table"], registry=REGISTRY
+)
+LIVE_SEGMENTS = Gauge(
+    "segcat_materializer_live_segments", "Live segments at the head", ["table"], registry=REGISTRY
+)
+KEYFRAME_SECONDS = Histogram(
+    "segcat_materializer_keyframe_write_seconds",
+    "Time to build and write one key frame",
+    ["table"],
+    registry=REGISTRY,
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+KEYFRAME_BYTES = Gauge(
+    "segcat_materializer_keyframe_bytes",
+    "Size of the last key frame (Arrow IPC, as stored in Redis)",
+    ["table"],
+    registry=REGISTRY,
+)
+REDIS_PUBLISH_SECONDS = Histogram(
+    "segcat_materializer_redis_publish_seconds",
+    "Time to publish one accepted commit to Redis",
+    ["table"],
+    registry=REGISTRY,
+    buckets=(0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+)
+RECOVERIES = Counter(
+    "segcat_materializer_recoveries_total",
+    "Table recoveries on assignment, by source",
+    ["table", "source"],
+    registry=REGISTRY,
+)
+REDIS_ERRORS = Counter(
+    "segcat_materializer_redis_errors_total",
+    "Redis writes that failed (retried later)",
+    ["table"],
+    registry=REGISTRY,
+)
+
+
+def serve(port: int) -> None:
+    """Expose /metrics on ``port`` (0 = don't serve)."""
+    if port:
+        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)

@@ -1,0 +1,267 @@
+"""One table inside the materializer: image → Redis publisher, key-frame and archive writer.
+
+Data flows one way (as in Kafka's own metadata image code): log record → rules (the
+image) → publishers. Redis is a cache that may vanish at any moment; object storage is
+where recovery starts. Every output is a deterministic function of the log, so a second
+instance (or a restart) writing the same thing again is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from catalog import keyframe, rules
+from catalog.archive import ArchivedCommit
+from catalog.config import Config
+from catalog.errors import CorruptKeyFrame, ServiceUnavailable
+from catalog.frame_view import FrameView
+from catalog.model import Commit, LogRecord
+from catalog.names import TableName
+from catalog.redis_store import Head, RedisStore, VersionEvent
+from catalog.rules import Outcome, Verdict
+from catalog.state import TableState
+from catalog.table_files import TableFiles
+from materializer import metrics
+
+log = logging.getLogger("segcat.materializer")
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An accepted commit not yet in a key frame."""
+
+    version: int
+    timestamp_ms: int
+    commit: Commit
+    value: bytes
+
+
+class TableMaterializer:
+    def __init__(self, name: TableName, config: Config, redis: RedisStore | None, files: TableFiles) -> None:
+        self.name = name
+        self.config = config
+        self.redis = redis
+        self.files = files
+        self.state = TableState(name.qualified)
+        self._frame = FrameView.from_state(self.state)
+        self._pending: list[Pending] = []
+        self._pending_bytes = 0
+        self._pending_since = 0.0
+        self._keyframe_version = -1
+        self._redis_dirty = True
+        self._label = name.qualified
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> int:
+        """Load the newest valid key frame from object storage; return the next offset to read.
+
+        Committed consumer offsets are never trusted: the key frame says where replay starts.
+        """
+        started = time.perf_counter()
+        frame = self.files.newest_valid_keyframe()
+        if frame is None:
+            self.state = TableState(self.name.qualified)
+            source = "empty"
+        else:
+            self.state = frame.state()
+            source = "object-store"
+        self._frame = (
+            FrameView.from_keyframe(frame) if frame is not None else FrameView.from_state(self.state)
+        )
+        self._keyframe_version = self.state.last_accepted_version if frame is not None else -1
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._redis_dirty = True
+        metrics.RECOVERIES.labels(self._label, source).inc()
+        log.info(
+            "recovered table",
+            extra={
+                "table": self._label,
+                "source": source,
+                "version": self.state.version,
+                "live_segments": self.state.live_count,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+        return self.state.version + 1
+
+    # ------------------------------------------------------------------ applying
+
+    def apply(self, record: LogRecord, *, notify: bool = True) -> Verdict:
+        """Judge one record, publish what it changed, write a key frame when one is due."""
+        if record.offset <= self.state.version:
+            return Verdict(Outcome.DUPLICATE, record.offset, detail="already applied")
+        prev_version = self.state.last_accepted_version
+        prev_rows, prev_bytes = self.state.live_rows, self.state.live_bytes
+        verdict, commit = rules.apply_record(self.state, record)
+        metrics.RECORDS.labels(self._label, verdict.outcome.value).inc()
+        if verdict.outcome is Outcome.ACCEPTED and commit is not None and record.value is not None:
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append(Pending(record.offset, record.timestamp_ms, commit, record.value))
+            self._pending_bytes += len(record.value)
+            event = VersionEvent(
+                table=self._label,
+                version=record.offset,
+                prev_version=prev_version,
+                timestamp_ms=record.timestamp_ms,
+                commit_id=commit.commit_id,
+                operation=commit.operation.value,
+                added=[s.segment_id for s in commit.adds],
+                dropped=list(commit.drops),
+                rows_delta=self.state.live_rows - prev_rows,
+                bytes_delta=self.state.live_bytes - prev_bytes,
+            )
+            self._publish(verdict, prev_version, record.value, event if notify else None)
+            metrics.HEAD.labels(self._label).set(self.state.last_accepted_version)
+            metrics.LIVE_SEGMENTS.labels(self._label).set(self.state.live_count)
+            if self.keyframe_due():
+                self.write_keyframe()
+        else:
+            self._publish(verdict, None, None, None)
+        return verdict
+
+    def _head(self) -> Head:
+        state = self.state
+        return Head(
+            version=state.last_accepted_version,
+            commit_id=state.last_commit_id,
+            timestamp_ms=state.last_accepted_timestamp_ms if state.last_accepted_version >= 0 else None,
+            live_count=state.live_count,
+            live_bytes=state.live_bytes,
+            live_rows=state.live_rows,
+            keyframe_version=self._keyframe_version,
+            offset=state.version,
+        )
+
+    def _publish(
+        self, verdict: Verdict, prev_version: int | None, value: bytes | None, event: VersionEvent | None
+    ) -> None:
+        if self.redis is None:
+            return
+        if self._redis_dirty and not self.resync_redis():
+            return
+        started = time.perf_counter()
+        try:
+            if value is not None and prev_version is not None:
+                self.redis.publish_commit(
+                    self.name.qualified,
+                    self._head(),
+                    prev_version=prev_version,
+                    value=value,
+                    event=event,
+                    verdict=verdict,
+                )
+            elif verdict.commit_id is not None and verdict.outcome is not Outcome.PRUNED:
+                self.redis.record_outcome(self.name.qualified, self._head(), verdict)
+            else:
+                self.redis.advance_head(self.name.qualified, self._head())
+        except ServiceUnavailable as exc:
+            self._redis_failed(exc)
+            return
+        metrics.REDIS_PUBLISH_SECONDS.labels(self._label).observe(time.perf_counter() - started)
+
+    def _redis_failed(self, exc: Exception) -> None:
+        if not self._redis_dirty:
+            log.warning("redis unavailable; will rebuild it", extra={"table": self._label, "error": str(exc)})
+        metrics.REDIS_ERRORS.labels(self._label).inc()
+        self._redis_dirty = True
+
+    # ------------------------------------------------------------------ Redis upkeep
+
+    def resync_redis(self) -> bool:
+        """(Re)build this table's Redis keys from the image: key frame + head. Whether it worked."""
+        if self.redis is None:
+            return False
+        try:
+            self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
+            sealed = keyframe.seal(self._frame.rows, self.state)
+            self.redis.register_table(self.name.qualified)
+            self.redis.put_keyframe(
+                self.name.qualified, self.state.last_accepted_version, keyframe.to_ipc(sealed), trim=True
+            )
+            self.redis.advance_head(self.name.qualified, self._head())
+        except ServiceUnavailable as exc:
+            self._redis_failed(exc)
+            return False
+        if self._redis_dirty:
+            log.info(
+                "redis rebuilt", extra={"table": self._label, "version": self.state.last_accepted_version}
+            )
+        self._redis_dirty = False
+        return True
+
+    def check_redis(self) -> None:
+        """Notice a flushed or restarted Redis (the head vanished or went back) and rebuild it."""
+        if self.redis is None:
+            return
+        try:
+            head = self.redis.head(self.name.qualified)
+            keyframe_there = self.redis.keyframe(self.name.qualified) is not None
+        except CorruptKeyFrame:
+            head, keyframe_there = None, False
+        except ServiceUnavailable as exc:
+            self._redis_failed(exc)
+            return
+        if self._redis_dirty or head is None or head.offset < self.state.version or not keyframe_there:
+            self._redis_dirty = True
+            self.resync_redis()
+
+    # ------------------------------------------------------------------ key frames
+
+    def keyframe_due(self) -> bool:
+        if not self._pending:
+            return False
+        return (
+            len(self._pending) >= self.config.keyframe_every_commits
+            or self._pending_bytes >= self.config.keyframe_every_bytes
+            or time.monotonic() - self._pending_since >= self.config.keyframe_every_seconds
+        )
+
+    def tick(self) -> None:
+        """Called periodically: time-based key frames (T) even when no commit arrives."""
+        if self.keyframe_due() and self.state.version == self.state.last_accepted_version:
+            self.write_keyframe()
+
+    def _accepted_pending(self) -> list[tuple[int, int, Commit]]:
+        return [(p.version, p.timestamp_ms, p.commit) for p in self._pending]
+
+    def write_keyframe(self) -> None:
+        """Archive the commits since the last key frame, then write the key frame and ``_latest``."""
+        started = time.perf_counter()
+        version = self.state.last_accepted_version
+        self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
+        sealed = keyframe.seal(self._frame.rows, self.state)
+        archived = [
+            ArchivedCommit(p.version, p.timestamp_ms, p.commit.commit_id, p.commit.operation.value, p.value)
+            for p in self._pending
+        ]
+        if archived:
+            self.files.write_archive(self._keyframe_version + 1, version, archived)
+        self.files.write_keyframe(sealed, version)
+        self._keyframe_version = version
+        self._pending.clear()
+        self._pending_bytes = 0
+        if self.redis is not None and not self._redis_dirty:
+            try:
+                ipc = keyframe.to_ipc(sealed)
+                metrics.KEYFRAME_BYTES.labels(self._label).set(len(ipc))
+                self.redis.put_keyframe(self.name.qualified, version, ipc, trim=True)
+                self.redis.advance_head(self.name.qualified, self._head())
+            except ServiceUnavailable as exc:
+                self._redis_failed(exc)
+        seconds = time.perf_counter() - started
+        metrics.KEYFRAME_SECONDS.labels(self._label).observe(seconds)
+        log.info(
+            "key frame written",
+            extra={
+                "table": self._label,
+                "version": version,
+                "live_segments": self.state.live_count,
+                "archived_commits": len(archived),
+                "seconds": round(seconds, 3),
+            },
+        )

@@ -1,0 +1,456 @@
+"""RedisStore against a real Redis: the monotone writes the materializer relies on, and the
+reads (with gap and corruption detection) that readers rely on."""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from catalog.config import Config
+from catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
+from catalog.redis_store import (
+    Delta,
+    Head,
+    RedisStore,
+    VersionEvent,
+    chain_is_complete,
+)
+from catalog.rules import Outcome, Rule, Verdict
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def store(config: Config) -> Iterator[RedisStore]:
+    s = RedisStore.from_config(config)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def table(store: RedisStore, table_name: str) -> Iterator[str]:
+    """A fresh table name whose keys are deleted afterwards (the server is shared)."""
+    yield table_name
+    store.forget_table(table_name)
+
+
+def head_at(offset: int, version: int | None = None, *, keyframe_version: int = -1) -> Head:
+    v = offset if version is None else version
+    return Head(
+        version=v,
+        commit_id=f"c{v}",
+        timestamp_ms=1_700_000_000_000 + v,
+        live_count=v,
+        live_bytes=10 * v,
+        live_rows=100 * v,
+        keyframe_version=keyframe_version,
+        offset=offset,
+    )
+
+
+def event_for(table: str, version: int, prev: int) -> VersionEvent:
+    return VersionEvent(
+        table=table,
+        version=version,
+        prev_version=prev,
+        timestamp_ms=1_700_000_000_000 + version,
+        commit_id=f"c{version}",
+        operation="APPEND",
+        added=[f"seg-{version}"],
+        dropped=[],
+        rows_delta=100,
+        bytes_delta=10,
+    )
+
+
+def value_for(version: int) -> bytes:
+    return b"\xc3\x01" + version.to_bytes(8, "little") + b"\x00body\xff"
+
+
+# ----------------------------------------------------------------------------- head
+
+
+def test_head_cas_never_moves_back(store: RedisStore, table: str) -> None:
+    assert store.head(table) is None
+    assert store.advance_head(table, head_at(10))
+    assert not store.advance_head(table, head_at(7))
+    assert not store.advance_head(table, head_at(10))  # equal is not newer
+    assert store.head(table) == head_at(10)
+    # A rejected commit moves the offset past the accepted version.
+    assert store.advance_head(table, head_at(12, version=10))
+    got = store.head(table)
+    assert got is not None and (got.version, got.offset) == (10, 12)
+
+
+def test_head_cas_concurrent_writers_end_at_max(store: RedisStore, table: str) -> None:
+    offsets = list(range(2_000))
+    rng = random.Random(7)
+    lanes = [offsets[0::2], offsets[1::2]]
+    for lane in lanes:
+        rng.shuffle(lane)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(lane: list[int]) -> None:
+        try:
+            barrier.wait()
+            for off in lane:
+                store.advance_head(table, head_at(off))
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(lane,)) for lane in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    # Every field comes from the same (max) write: the CAS is one atomic script.
+    assert store.head(table) == head_at(1_999)
+
+
+def test_head_keyframe_version_never_regresses(store: RedisStore, table: str) -> None:
+    assert store.advance_head(table, head_at(5))
+    assert store.put_keyframe(table, 5, b"frame")
+    head = store.head(table)
+    assert head is not None and head.keyframe_version == 5
+    # A materializer that did not see the key frame yet still reports the older one.
+    assert store.advance_head(table, head_at(6, keyframe_version=-1))
+    head = store.head(table)
+    assert head is not None and (head.offset, head.keyframe_version) == (6, 5)
+
+
+def test_head_rejects_offset_below_version() -> None:
+    with pytest.raises(ValueError):
+        head_at(3, version=4)
+
+
+# ----------------------------------------------------------------------------- deltas
+
+
+def test_deltas_idempotent_and_ordered(store: RedisStore, table: str) -> None:
+    chain = [(0, -1), (3, 0), (4, 3), (9, 4)]
+    for version, prev in chain:
+        assert store.append_delta(table, version, prev, 1_000 + version, value_for(version))
+    assert not store.append_delta(table, 4, 3, 1_004, value_for(4))  # same version again
+    assert not store.append_delta(table, 2, 0, 1_002, value_for(2))  # older than the top
+    got = store.deltas(table, after_version=-1)
+    assert got == [Delta(v, p, 1_000 + v, value_for(v)) for v, p in chain]
+    assert [d.version for d in store.deltas(table, after_version=3)] == [4, 9]
+    assert [d.version for d in store.deltas(table, after_version=0, upto=4)] == [3, 4]
+    assert [d.version for d in store.deltas(table, after_version=1, upto=8)] == [3, 4]
+    assert store.deltas(table, after_version=9) == []
+    assert store.deltas(table, after_version=4, upto=4) == []
+    with pytest.raises(ValueError):
+        store.append_delta(table, 10, 10, 0, b"")
+
+
+def test_trim_deltas(store: RedisStore, table: str) -> None:
+    for version, prev in [(0, -1), (3, 0), (4, 3), (9, 4)]:
+        store.append_delta(table, version, prev, version, value_for(version))
+    assert store.trim_deltas(table, 3) == 2
+    assert [d.version for d in store.deltas(table, after_version=-1)] == [4, 9]
+    assert store.trim_deltas(table, 3) == 0
+    assert not store.append_delta(table, 3, 0, 3, value_for(3))  # a trimmed version stays refused
+    assert store.trim_deltas(table, 100) == 2
+    assert store.deltas(table, after_version=-1) == []
+
+
+def test_chain_is_complete() -> None:
+    def d(version: int, prev: int) -> Delta:
+        return Delta(version, prev, 0, b"")
+
+    assert chain_is_complete(-1, [])
+    assert chain_is_complete(-1, [d(0, -1), d(2, 0), d(5, 2)])
+    assert chain_is_complete(-1, [d(0, -1), d(2, 0), d(5, 2)], end_version=5)
+    assert not chain_is_complete(-1, [d(0, -1), d(2, 0)], end_version=5)  # head is further
+    assert not chain_is_complete(-1, [d(0, -1), d(5, 3)])  # version 3 is missing
+    assert not chain_is_complete(2, [d(7, 5)])  # version 5 is missing after the key frame
+    # A key frame at a non-accepted offset (4, state of version 2) continues with 7 <- 2.
+    assert chain_is_complete(4, [d(7, 2)], end_version=7)
+    assert not chain_is_complete(4, [d(4, 2)])  # not after the start
+    assert chain_is_complete(5, [], end_version=5)
+    assert not chain_is_complete(5, [], end_version=6)
+
+
+def test_gap_detected_from_redis(store: RedisStore, table: str) -> None:
+    store.append_delta(table, 0, -1, 0, value_for(0))
+    store.append_delta(table, 4, 2, 4, value_for(4))  # version 2 never arrived
+    assert not chain_is_complete(-1, store.deltas(table, after_version=-1))
+    assert chain_is_complete(2, store.deltas(table, after_version=2))
+
+
+# ----------------------------------------------------------------------------- publish_commit / load
+
+
+def test_publish_commit_is_atomic_and_replay_safe(store: RedisStore, table: str) -> None:
+    prev = -1
+    for version in (0, 2, 5):
+        moved = store.publish_commit(
+            table,
+            head_at(version),
+            prev_version=prev,
+            value=value_for(version),
+            event=event_for(table, version, prev),
+        )
+        assert moved
+        prev = version
+    # A second materializer replaying an older commit changes nothing.
+    assert not store.publish_commit(
+        table, head_at(2), prev_version=0, value=value_for(2), event=event_for(table, 2, 0)
+    )
+    state = store.load(table)
+    assert state.head == head_at(5)
+    assert state.keyframe is None and state.keyframe_version == -1
+    assert [(d.version, d.prev_version) for d in state.deltas] == [(0, -1), (2, 0), (5, 2)]
+    assert state.complete
+
+
+def test_load_after_keyframe_with_trim(store: RedisStore, table: str) -> None:
+    prev = -1
+    for version in range(6):
+        store.publish_commit(
+            table,
+            head_at(version),
+            prev_version=prev,
+            value=value_for(version),
+            event=event_for(table, version, prev),
+        )
+        prev = version
+    assert store.put_keyframe(table, 3, b"frame-3", trim=True)
+    assert [d.version for d in store.deltas(table, after_version=-1)] == [4, 5]
+    state = store.load(table)
+    assert (state.keyframe_version, state.keyframe) == (3, b"frame-3")
+    assert [d.version for d in state.deltas] == [4, 5]
+    assert state.complete and state.head is not None and state.head.keyframe_version == 3
+    # Deltas trimmed beyond the key frame leave a gap the reader sees.
+    store.trim_deltas(table, 4)
+    assert not store.load(table).complete
+
+
+def test_record_outcome_moves_offset_only(store: RedisStore, table: str) -> None:
+    store.publish_commit(
+        table, head_at(3), prev_version=-1, value=value_for(3), event=event_for(table, 3, -1)
+    )
+    verdict = Verdict(Outcome.REJECTED, 4, "c-lost", Rule.CONCURRENT_DROP, "seg gone", conflicting_version=3)
+    assert store.record_outcome(table, head_at(4, version=3), verdict)
+    head = store.head(table)
+    assert head is not None and (head.version, head.offset) == (3, 4)
+    assert [d.version for d in store.deltas(table, after_version=-1)] == [3]
+    assert store.verdict(table, "c-lost") == {
+        "commit_id": "c-lost",
+        "offset": 4,
+        "outcome": "REJECTED",
+        "rule": "3-concurrent-drop",
+        "conflicting_version": 3,
+        "original_version": None,
+        "detail": "seg gone",
+    }
+
+
+# ----------------------------------------------------------------------------- key frames
+
+
+def test_keyframe_cas_and_checksum(store: RedisStore, table: str) -> None:
+    assert store.keyframe(table) is None
+    frame = bytes(range(256)) * 100
+    assert store.put_keyframe(table, 10, frame)
+    assert not store.put_keyframe(table, 5, b"older")
+    assert not store.put_keyframe(table, 10, b"same version")
+    assert store.keyframe(table) == (10, frame)
+    assert store.put_keyframe(table, 11, frame + b"!")
+    assert store.keyframe(table) == (11, frame + b"!")
+
+    store.client.hset(store.keyframe_key(table), "data", b"tampered" + frame)
+    with pytest.raises(CorruptKeyFrame, match="sha256"):
+        store.keyframe(table)
+    with pytest.raises(CorruptKeyFrame):
+        store.load(table)
+    store.client.hdel(store.keyframe_key(table), "sha256")
+    with pytest.raises(CorruptKeyFrame, match="incomplete"):
+        store.keyframe(table)
+
+
+# ----------------------------------------------------------------------------- pub/sub
+
+
+def test_pubsub_delivers_on_both_channels_in_order(store: RedisStore, table: str) -> None:
+    with store.subscribe(table) as per_table, store.subscribe(None) as everything:
+        prev = -1
+        versions = list(range(0, 40, 3))
+        for version in versions:
+            store.publish_commit(
+                table,
+                head_at(version),
+                prev_version=prev,
+                value=value_for(version),
+                event=event_for(table, version, prev),
+            )
+            prev = version
+        # A replay publishes nothing.
+        store.publish_commit(
+            table, head_at(3), prev_version=0, value=value_for(3), event=event_for(table, 3, 0)
+        )
+        store.publish(event_for(table, 100, prev))  # the plain publish path too
+
+        expected = [*versions, 100]
+        got_table = [per_table.get(timeout=2.0) for _ in expected]
+        assert [e.version if e else None for e in got_table] == expected
+        assert got_table[1] == event_for(table, 3, 0)
+        assert per_table.get(timeout=0.2) is None
+
+        got_global: list[int] = []
+        deadline = time.monotonic() + 5
+        while len(got_global) < len(expected) and time.monotonic() < deadline:
+            event = everything.get(timeout=0.5)
+            if event is not None and event.table == table:  # other tests publish globally too
+                got_global.append(event.version)
+        assert got_global == expected
+
+
+def test_version_event_json_round_trip() -> None:
+    event = event_for("ns.t", 7, 3)
+    assert VersionEvent.from_json(event.to_json()) == event
+    assert VersionEvent.from_json(event.to_json().encode()) == event
+    with pytest.raises(ValueError):
+        VersionEvent.from_json(b"{}")
+    with pytest.raises(ValueError):
+        VersionEvent.from_json(b"not json")
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def test_verdict_round_trip_and_highest_offset_wins(store: RedisStore, table: str) -> None:
+    assert store.verdict(table, "c1") is None
+    assert store.put_verdict(table, "c1", 10, "ACCEPTED")
+    assert store.verdict(table, "c1") == {
+        "commit_id": "c1",
+        "offset": 10,
+        "outcome": "ACCEPTED",
+        "rule": None,
+        "conflicting_version": None,
+        "original_version": None,
+        "detail": "",
+    }
+    # The writer's retry landed later: DUPLICATE naming the original version replaces it ...
+    assert store.put_verdict(table, "c1", 14, Outcome.DUPLICATE, Rule.DUPLICATE_COMMIT, original_version=10)
+    # ... and a lagging materializer cannot bring the older verdict back.
+    assert not store.put_verdict(table, "c1", 10, "ACCEPTED")
+    got = store.verdict(table, "c1")
+    assert got is not None
+    assert (got["offset"], got["outcome"], got["rule"], got["original_version"]) == (
+        14,
+        "DUPLICATE",
+        "1-duplicate-commit",
+        10,
+    )
+    ttl = store.client.pttl(store.verdict_key(table, "c1"))
+    assert 0 < ttl <= 24 * 3600 * 1000
+
+
+def test_verdict_expires(config: Config, table: str) -> None:
+    short = RedisStore.from_config(config, verdict_ttl_s=0.2)
+    try:
+        assert short.put_verdict(table, "c-exp", 3, "ACCEPTED")
+        assert short.verdict(table, "c-exp") is not None
+        time.sleep(0.5)
+        assert short.verdict(table, "c-exp") is None
+    finally:
+        short.close()
+
+
+def test_publish_commit_stores_verdict(store: RedisStore, table: str) -> None:
+    verdict = Verdict(Outcome.ACCEPTED, 0, "c0")
+    store.publish_commit(
+        table, head_at(0), prev_version=-1, value=value_for(0), event=event_for(table, 0, -1), verdict=verdict
+    )
+    got = store.verdict(table, "c0")
+    assert got is not None and (got["offset"], got["outcome"]) == (0, "ACCEPTED")
+
+
+# ----------------------------------------------------------------------------- registry, names, outages
+
+
+def test_register_and_forget_table(store: RedisStore, table: str) -> None:
+    store.register_table(table)
+    store.register_table(table)
+    assert table in store.tables()
+    store.publish_commit(table, head_at(0), prev_version=-1, value=b"v", event=event_for(table, 0, -1))
+    store.put_keyframe(table, 0, b"k")
+    store.put_verdict(table, "c0", 0, "ACCEPTED")
+    store.forget_table(table)
+    assert table not in store.tables()
+    assert store.head(table) is None and store.keyframe(table) is None and store.verdict(table, "c0") is None
+    assert store.deltas(table, after_version=-1) == []
+
+
+def test_keys_share_one_hash_tag(store: RedisStore, table: str) -> None:
+    tag = f"{{{table}}}"
+    keys = [
+        store.head_key(table),
+        store.deltas_key(table),
+        store.keyframe_key(table),
+        store.verdict_key(table, "c1"),
+        store.channel(table),
+    ]
+    assert all(k.startswith(f"segcat:{tag}:") for k in keys)
+    assert store.channel(None) == "segcat:versions"
+
+
+@pytest.mark.parametrize("bad", ["no_namespace", "ns.t}x", "ns.t:*", "../etc.passwd", "ns.t.u", ""])
+def test_bad_table_names_refused_before_io(store: RedisStore, bad: str) -> None:
+    with pytest.raises(InvalidTableName):
+        store.head(bad)
+    with pytest.raises(InvalidTableName):
+        store.advance_head(bad, head_at(1))
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_service_unavailable_on_closed_port(config: Config) -> None:
+    dead = RedisStore.from_config(
+        config.with_services(config.bootstrap_servers, f"redis://127.0.0.1:{_closed_port()}/0")
+    )
+    calls = [
+        dead.ping,
+        lambda: dead.head("ns.t"),
+        lambda: dead.advance_head("ns.t", head_at(1)),
+        lambda: dead.publish_commit(
+            "ns.t", head_at(1), prev_version=-1, value=b"", event=event_for("ns.t", 1, -1)
+        ),
+        lambda: dead.deltas("ns.t", -1),
+        lambda: dead.append_delta("ns.t", 1, -1, 0, b""),
+        lambda: dead.trim_deltas("ns.t", 1),
+        lambda: dead.keyframe("ns.t"),
+        lambda: dead.put_keyframe("ns.t", 1, b""),
+        lambda: dead.load("ns.t"),
+        lambda: dead.publish(event_for("ns.t", 1, -1)),
+        lambda: dead.subscribe("ns.t"),
+        lambda: dead.put_verdict("ns.t", "c", 1, "ACCEPTED"),
+        lambda: dead.verdict("ns.t", "c"),
+        lambda: dead.register_table("ns.t"),
+        dead.tables,
+    ]
+    started = time.monotonic()
+    for call in calls:
+        with pytest.raises(ServiceUnavailable, match=r"127\.0\.0\.1"):
+            call()
+    assert time.monotonic() - started < 10, "a dead Redis must fail fast so readers can fall back"
+    dead.close()
+
+
+def test_publish_commit_without_event_is_quiet(store: RedisStore, table: str) -> None:
+    with store.subscribe(table) as sub:
+        assert store.publish_commit(table, head_at(0), prev_version=-1, value=value_for(0), event=None)
+        assert sub.get(timeout=0.2) is None
+    assert [d.version for d in store.deltas(table, after_version=-1)] == [0]
