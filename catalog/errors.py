@@ -83,3 +83,20 @@ class VersionNotFound(SegcatError):
 
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
+
+
+class CorruptArchive(SegcatError):
+    """A commit archive failed its checksum, its range checks or could not be parsed; replay from Kafka."""
+
+
+class ArchiveGap(SegcatError):
+    """The commit archives on object storage do not cover a range of versions; replay it from Kafka.
+
+    ``covered_upto`` is the last version the archives did cover, ``wanted_upto`` the bound asked for
+    (None = as far as any archive goes).
+    """
+
+    def __init__(self, detail: str, *, covered_upto: int, wanted_upto: int | None) -> None:
+        self.covered_upto = covered_upto
+        self.wanted_upto = wanted_upto
+        super().__init__(detail)

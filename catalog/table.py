@@ -24,6 +24,7 @@ from catalog.snapshot import Snapshot, SnapshotDiff
 from catalog.state import TableState
 from catalog.table_files import TableFiles
 from catalog.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
+from catalog.watch import Watcher
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,11 @@ class Table:
             for a in self.records()
             if a.verdict.outcome is Outcome.ACCEPTED and a.commit is not None
         ]
+
+    def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
+        """Every accepted version after ``from_version`` (default: the current head), gap-free."""
+        start = self.snapshot().version if from_version is None else from_version
+        return Watcher(self.config, self.name, self.redis, self.files, start, poll_s=poll_s)
 
     def diff(self, from_version: int, to_version: int) -> SnapshotDiff:
         return self.snapshot(from_version).diff(self.snapshot(to_version))

@@ -37,9 +37,17 @@ TICK_SECONDS = 1.0
 class Materializer:
     """The long-running service; ``run`` until ``stop`` is set (SIGTERM / SIGINT set it)."""
 
-    def __init__(self, config: Config, *, group_id: str = DEFAULT_GROUP, use_redis: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        group_id: str = DEFAULT_GROUP,
+        use_redis: bool = True,
+        pattern: str = TOPIC_PATTERN,
+    ) -> None:
         self.config = config
         self.group_id = group_id
+        self.pattern = pattern
         self.store = ObjectStore.from_config(config)
         self.redis = RedisStore.from_config(config) if use_redis else None
         self.tables: dict[str, TableMaterializer] = {}
@@ -97,9 +105,9 @@ class Materializer:
         consumer = Consumer(conf)
         self._consumer = consumer
         consumer.subscribe(
-            [TOPIC_PATTERN], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
-        log.info("materializer started", extra={"group": self.group_id, "pattern": TOPIC_PATTERN})
+        log.info("materializer started", extra={"group": self.group_id, "pattern": self.pattern})
         if ready is not None:
             ready()
         last_tick = time.monotonic()

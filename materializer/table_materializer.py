@@ -51,6 +51,7 @@ class TableMaterializer:
         self._pending_since = 0.0
         self._keyframe_version = -1
         self._redis_dirty = True
+        self._repair: list[int] = []
         self._label = name.qualified
 
     # ------------------------------------------------------------------ recovery
@@ -72,6 +73,13 @@ class TableMaterializer:
             FrameView.from_keyframe(frame) if frame is not None else FrameView.from_state(self.state)
         )
         self._keyframe_version = self.state.last_accepted_version if frame is not None else -1
+        # key frames newer than the one we could load are damaged: rewrite them on the way
+        self._repair = sorted(v for v in self.files.keyframe_versions() if v > self._keyframe_version)
+        if self._repair:
+            log.warning(
+                "unreadable key frames will be rewritten",
+                extra={"table": self._label, "versions": self._repair},
+            )
         self._pending.clear()
         self._pending_bytes = 0
         self._redis_dirty = True
@@ -215,6 +223,9 @@ class TableMaterializer:
     def keyframe_due(self) -> bool:
         if not self._pending:
             return False
+        if self._repair and self.state.last_accepted_version >= self._repair[0]:
+            self._repair = [v for v in self._repair if v > self.state.last_accepted_version]
+            return True
         return (
             len(self._pending) >= self.config.keyframe_every_commits
             or self._pending_bytes >= self.config.keyframe_every_bytes

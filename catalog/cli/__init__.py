@@ -12,6 +12,7 @@ from rich.console import Console
 from catalog.cli.commit_cmd import commit_cmd
 from catalog.cli.demo import demo_cmd
 from catalog.cli.read_cmds import diff_cmd, log_cmd, show_cmd
+from catalog.cli.service_cmds import materializer_cmd, watch_cmd
 from catalog.cli.stack_cmds import stack
 from catalog.cli.table_cmds import table
 from catalog.errors import SegcatError
@@ -43,6 +44,8 @@ cli.add_command(log_cmd)
 cli.add_command(show_cmd)
 cli.add_command(diff_cmd)
 cli.add_command(demo_cmd)
+cli.add_command(materializer_cmd)
+cli.add_command(watch_cmd)
 
 
 def main() -> None:

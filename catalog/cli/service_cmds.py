@@ -1,0 +1,78 @@
+"""``segcat materializer`` and ``segcat watch``: the long-running commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+import click
+
+from catalog import logs
+from catalog.cli.render import console, fmt_ts
+from catalog.config import Config
+from catalog.redis_store import RedisStore
+from catalog.table import Catalog
+
+
+@click.command("materializer")
+@click.option("--group", default="segcat-materializer", show_default=True, help="Kafka consumer group.")
+@click.option(
+    "--metrics-port", type=int, default=None, help="Prometheus port (default from config; 0 = off)."
+)
+@click.option("--no-redis", is_flag=True, help="Write key frames to object storage only.")
+@click.option("--pattern", default=r"^segcat\..*", show_default=True, help="Topic regex to follow.")
+def materializer_cmd(group: str, metrics_port: int | None, no_redis: bool, pattern: str) -> None:
+    """Run the materializer: key frames in Redis and on object storage, version notifications."""
+    from materializer.service import Materializer, install_signal_handlers
+
+    logs.configure(logging.INFO)
+    config = Config.load()
+    if metrics_port is not None:
+        config = replace(config, metrics_port=metrics_port)
+    service = Materializer(config, group_id=group, use_redis=not no_redis, pattern=pattern)
+    install_signal_handlers(service)
+    service.run()
+
+
+@click.command("watch")
+@click.argument("name", required=False)
+@click.option("--all", "all_tables", is_flag=True, help="Every table (global channel; needs Redis).")
+@click.option(
+    "--from", "from_version", type=int, default=None, help="Start after this version (default: head)."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--count", type=int, default=None, help="Stop after this many changes.")
+def watch_cmd(
+    name: str | None, all_tables: bool, from_version: int | None, as_json: bool, count: int | None
+) -> None:
+    """Print version changes of table NAME as they happen (gap-free)."""
+    config = Config.load()
+    seen = 0
+    if all_tables:
+        with RedisStore.from_config(config).subscribe(None) as sub:
+            for event in sub:
+                click.echo(
+                    event.to_json() if as_json else f"{event.table} v{event.version} {event.operation}"
+                )
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+    if not name:
+        raise click.UsageError("name a table, or use --all")
+    table = Catalog(config).table(name)
+    with table.watch(from_version) as watcher:
+        if not as_json:
+            console.print(f"watching [bold]{table.name}[/] after version {watcher.last} (Ctrl-C to stop)")
+        for change in watcher:
+            if as_json:
+                click.echo(json.dumps(change.__dict__))
+            else:
+                rows = "" if change.rows_delta is None else f" rows {change.rows_delta:+,}"
+                console.print(
+                    f"v{change.version} {fmt_ts(change.timestamp_ms)} {change.operation:<14} "
+                    f"+{len(change.added)} -{len(change.dropped)}{rows}  [dim]({change.source})[/]"
+                )
+            seen += 1
+            if count is not None and seen >= count:
+                return

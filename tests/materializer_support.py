@@ -1,0 +1,180 @@
+"""Helpers for the materializer's fault tests: a private Redis, a materializer in a thread,
+writers in the background, and the clean replay every output is compared with."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import redis
+
+from catalog.config import Config
+from catalog.errors import CommitConflict
+from catalog.logreader import LogReader
+from catalog.model import Operation
+from catalog.names import TableName
+from catalog.redis_store import Head, RedisStore
+from catalog.replay import Applied, replay
+from catalog.state import TableState
+from materializer.service import Materializer
+from producers import TableWriter
+from tests.factories import segment
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, so FLUSHALL and stopping it touch nothing shared."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+
+def materializer_config(config: Config, redis_url: str, warehouse: Path, every: int = 7) -> Config:
+    return replace(
+        config.with_services(config.bootstrap_servers, redis_url),
+        warehouse=str(warehouse),
+        keyframe_every_commits=every,
+        keyframe_every_seconds=3600.0,
+        metrics_port=0,
+    )
+
+
+@contextmanager
+def running_materializer(config: Config, pattern: str, group: str | None = None) -> Iterator[Materializer]:
+    service = Materializer(config, group_id=group or f"test-{uuid.uuid4().hex[:8]}", pattern=pattern)
+    started = threading.Event()
+    thread = threading.Thread(target=service.run, kwargs={"ready": started.set}, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield service
+    finally:
+        service.stop.set()
+        thread.join(30)
+
+
+def namespace() -> tuple[str, str]:
+    """A fresh namespace and the topic pattern that matches only its tables."""
+    ns = f"m{uuid.uuid4().hex[:10]}"
+    return ns, rf"^segcat\.{ns}\..*"
+
+
+def write_load(config: Config, table: str, commits: int, seed: int, pause_s: float = 0.0) -> int:
+    """Appends mixed with compactions (some of them losing); returns how many were accepted."""
+    rng = random.Random(seed)
+    accepted = 0
+    with TableWriter(config, table, writer_id=f"load-{seed}") as writer:
+        for k in range(commits):
+            live = sorted(writer.state.segments)
+            if len(live) > 3 and rng.random() < 0.3:
+                stale = rng.random() < 0.3
+                drops = rng.sample(live, 2) + (["gone-already"] if stale else [])
+                commit = writer.new_commit(
+                    Operation.COMPACT, drops=drops, adds=[segment(f"c{seed}-{k}", "p1")]
+                )
+            else:
+                commit = writer.new_commit(
+                    Operation.APPEND, adds=[segment(f"a{seed}-{k}", rng.choice(["p0", "p1"]))]
+                )
+            try:
+                writer.commit(commit)
+                accepted += 1
+            except CommitConflict:
+                pass
+            if pause_s:
+                time.sleep(pause_s * rng.random())
+    return accepted
+
+
+def replay_states(
+    config: Config, table: str, wanted: set[int] | None = None
+) -> tuple[TableState, dict[int, TableState]]:
+    """A clean replay from offset 0: the final state and copies at the ``wanted`` offsets."""
+    name = TableName.parse(table)
+    state = TableState(name.qualified)
+    copies: dict[int, TableState] = {}
+
+    def keep(applied: Applied, current: TableState) -> None:
+        if wanted is None or applied.verdict.offset in wanted:
+            copies[applied.verdict.offset] = current.copy()
+
+    with LogReader(config, name) as reader:
+        replay(reader.read(0), state, listener=keep)
+    return state, copies
+
+
+def head_offset(config: Config, table: str) -> int:
+    with LogReader(config, TableName.parse(table)) as reader:
+        return reader.watermarks()[1] - 1
+
+
+def wait_for_head(store: RedisStore, table: str, offset: int, timeout_s: float = 60.0) -> Head:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        head = None
+        try:
+            head = store.head(table)
+        except Exception:
+            head = None
+        if head is not None and head.offset >= offset:
+            return head
+        if time.monotonic() > deadline:
+            raise AssertionError(f"materializer did not reach offset {offset} of {table} (head {head})")
+        time.sleep(0.05)
