@@ -166,6 +166,8 @@ def stat_to_avro(kind: ColumnType, value: StatValue) -> StatValue:
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if kind is ColumnType.FLOAT and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind is ColumnType.INT and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ValueError(f"INT stat {value} does not fit in a signed 64-bit long")
     return value
 
 
@@ -199,8 +201,9 @@ def decode_commit(value: bytes) -> Commit:
 
 def commit_from_avro(raw: dict[str, Any]) -> Commit:
     ts = raw["timestamp_ms"]
-    if isinstance(ts, dt.datetime):
-        ts = int(ts.timestamp() * 1000)
+    if isinstance(ts, dt.datetime):  # layout v1 declared timestamp-millis; fastavro hands a datetime
+        aware = ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
+        ts = (aware - _EPOCH) // dt.timedelta(milliseconds=1)
     return Commit(
         commit_id=raw["commit_id"],
         table=raw["table"],

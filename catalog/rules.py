@@ -7,15 +7,16 @@ same verdicts and the same state at every version.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
-import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 
 from catalog import codec
 from catalog.errors import DecodeError
-from catalog.model import Commit, Isolation, LogRecord, Operation, Segment, Tombstone
+from catalog.model import ColumnStats, ColumnType, Commit, Isolation, LogRecord, Operation, Segment, Tombstone
 from catalog.state import DEDUP_WINDOW, DROP_MEMORY, LiveSegment, TableState
 
 
@@ -32,6 +33,7 @@ class Rule(StrEnum):
     DUPLICATE_COMMIT = "1-duplicate-commit"
     MALFORMED = "2-malformed"
     CONCURRENT_DROP = "3-concurrent-drop"
+    CONCURRENT_DELETE = "3b-rewrite-after-concurrent-delete"
     DUPLICATE_SEGMENT = "4-duplicate-segment"
     CONCURRENT_APPEND = "5-concurrent-append-in-replace-scope"
     CONCURRENT_SCHEMA_CHANGE = "6-concurrent-schema-change"
@@ -57,6 +59,17 @@ MAX_ID_LENGTH = 512
 MAX_PREDICATE_LENGTH = 16_384
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_INT64 = (-(2**63), 2**63 - 1)
+_STAT_TYPES: dict[ColumnType, tuple[type, ...]] = {
+    ColumnType.INT: (int,),
+    ColumnType.FLOAT: (float, int),
+    ColumnType.STRING: (str,),
+    ColumnType.DATE: (dt.date,),
+    ColumnType.TIMESTAMP: (dt.datetime,),
+    ColumnType.BOOLEAN: (bool,),
+    ColumnType.BINARY: (bytes,),
+}
 
 
 # ---------------------------------------------------------------------------- validation
@@ -98,6 +111,8 @@ def _check_segment(segment: Segment) -> str | None:
         if stats.column in seen:
             return f"segment {segment.segment_id}: duplicate stats for column {stats.column!r}"
         seen.add(stats.column)
+        if problem := _check_stat_types(stats):
+            return f"segment {segment.segment_id}: {problem}"
         if stats.null_count is not None and not 0 <= stats.null_count <= segment.row_count:
             return f"segment {segment.segment_id}: null_count of {stats.column!r} out of range"
         if stats.min is not None and stats.max is not None:
@@ -108,6 +123,21 @@ def _check_segment(segment: Segment) -> str | None:
                 return f"segment {segment.segment_id}: min and max of {stats.column!r} differ in type"
     if segment.bloom is not None and (segment.bloom.num_hashes < 1 or not segment.bloom.bits):
         return f"segment {segment.segment_id}: empty Bloom filter"
+    return None
+
+
+def _check_stat_types(stats: ColumnStats) -> str | None:
+    """min/max must hold the type the column claims (and INT must fit a signed 64-bit long)."""
+    allowed = _STAT_TYPES.get(stats.type)
+    for value in (stats.min, stats.max):
+        if value is None or allowed is None:
+            continue
+        wrong_bool = isinstance(value, bool) and stats.type is not ColumnType.BOOLEAN
+        wrong_datetime = isinstance(value, dt.datetime) and stats.type is ColumnType.DATE
+        if not isinstance(value, allowed) or wrong_bool or wrong_datetime:
+            return f"stats of {stats.column!r} hold a {type(value).__name__}, not {stats.type.value}"
+        if stats.type is ColumnType.INT and not _INT64[0] <= value <= _INT64[1]:  # type: ignore[operator]
+            return f"INT stats of {stats.column!r} do not fit in 64 bits"
     return None
 
 
@@ -125,10 +155,8 @@ def malformation(commit: Commit, offset: int, table: str) -> str | None:
     """Why ``commit`` breaks the protocol's field rules (rule 2), or None if it does not."""
     if commit.table != table:
         return f"commit is for table {commit.table!r}, not {table!r}"
-    try:
-        uuid.UUID(commit.commit_id)
-    except ValueError:
-        return f"commit_id {commit.commit_id[:60]!r} is not a UUID"
+    if not _UUID.fullmatch(commit.commit_id):
+        return f"commit_id {commit.commit_id[:60]!r} is not a UUID in canonical lowercase form"
     if commit.operation is Operation.UNKNOWN:
         return "unknown operation (written by a newer protocol version)"
     if not -1 <= commit.base_version < offset:
@@ -151,6 +179,11 @@ def malformation(commit: Commit, offset: int, table: str) -> str | None:
     for tomb in commit.tombstones:
         if problem := _check_text(tomb.predicate, "tombstone predicate", MAX_PREDICATE_LENGTH):
             return problem
+    for key, value in commit.table_properties.items():
+        if problem := _check_text(key, "table property key") or (
+            None if value is None else _check_text(value, "table property value", MAX_PREDICATE_LENGTH)
+        ):
+            return problem
     for scope in commit.replace_scope:
         if problem := _check_text(scope, "replace_scope partition"):
             return problem
@@ -170,7 +203,7 @@ def _operation_malformation(commit: Commit) -> str | None:
         return "COMPACT must drop segments and carries no tombstones"
     if op is Operation.DELETE and not (commit.drops or commit.tombstones):
         return "DELETE must drop segments or carry tombstones"
-    if op is Operation.SET_PROPERTIES and (changes_data or not commit.table_properties):
+    if op is Operation.SET_PROPERTIES and (changes_data or not commit.table_properties or commit.schema):
         return "SET_PROPERTIES changes table properties only"
     if op is Operation.SET_SCHEMA and (changes_data or commit.schema is None):
         return "SET_SCHEMA carries a schema and no data changes"
@@ -216,6 +249,26 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
                 f"dropped segment {drop!r} is {why}",
                 dropped_at,
             )
+    if commit.drops and commit.adds and state.last_tombstone_version > commit.base_version:
+        return Verdict(
+            Outcome.REJECTED,
+            offset,
+            cid,
+            Rule.CONCURRENT_DELETE,
+            "a soft delete was accepted after base_version; rewritten data would bring deleted rows back",
+            state.last_tombstone_version,
+        )
+    if commit.operation is Operation.REPLACE and commit.replace_scope:
+        scope = set(commit.replace_scope)
+        for drop in commit.drops:
+            if state.segments[drop].segment.partition not in scope:
+                return Verdict(
+                    Outcome.INVALID,
+                    offset,
+                    cid,
+                    Rule.MALFORMED,
+                    f"REPLACE drops segment {drop!r} outside its replace_scope",
+                )
     for segment in commit.adds:
         live = state.segments.get(segment.segment_id)
         if live is not None:
@@ -347,7 +400,8 @@ def _fold(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> 
     state.accepted += 1
 
 
-def _remember(window: dict[str, int], key: str, offset: int, limit: int) -> None:
+def _remember(window: OrderedDict[str, int], key: str, offset: int, limit: int) -> None:
     window[key] = offset
+    window.move_to_end(key)
     if len(window) > limit:
         del window[next(iter(window))]

@@ -32,6 +32,9 @@ BASE_SCHEMA = pa.schema(
         ("size_bytes", pa.int64()),
         ("row_count", pa.int64()),
         ("added_version", pa.int64()),
+        ("bloom_column", pa.string()),
+        ("bloom_hashes", pa.int32()),
+        ("bloom_bits", pa.binary()),
     ]
 )
 
@@ -56,6 +59,9 @@ def segments_table(live: Iterable[LiveSegment]) -> pa.Table:
         columns["size_bytes"].append(seg.size_bytes)
         columns["row_count"].append(seg.row_count)
         columns["added_version"].append(item.added_version)
+        columns["bloom_column"].append(None if seg.bloom is None else seg.bloom.column)
+        columns["bloom_hashes"].append(None if seg.bloom is None else seg.bloom.num_hashes)
+        columns["bloom_bits"].append(None if seg.bloom is None else seg.bloom.bits)
         by_column = {s.column: s for s in seg.stats if s.type is stat_types[s.column]}
         for column in stat_types:
             stat = by_column.get(column)

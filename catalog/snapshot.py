@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from catalog import codec, keyframe
+from catalog.expressions import Predicate, bloom_excludes
 from catalog.frame_view import FrameView
-from catalog.model import Segment, Tombstone
+from catalog.model import BloomFilter, Segment, Tombstone
 from catalog.segments_arrow import segments_table
 from catalog.state import TableState
 
@@ -122,6 +123,46 @@ class Snapshot:
 
     def resolve(self, path: str) -> str:
         return path if "://" in path else f"{self._root}/{path}"
+
+    def prune(self, predicate: Predicate) -> Snapshot:
+        """The same version with only the segments that might hold rows matching ``predicate``.
+
+        Min/max/null-count skipping is one vectorised pass over ``segments``; equality and
+        ``isin`` then consult the Bloom filters of the surviving candidates.
+        """
+        table = self.segments
+        if table.num_rows == 0:
+            return self
+        mask = pc.fill_null(predicate.might_match(table), True)
+        checks = predicate.bloom_checks()
+        if checks:
+            keep = mask.to_pylist()
+            columns, hashes, bits = (
+                table.column(c).to_pylist() for c in ("bloom_column", "bloom_hashes", "bloom_bits")
+            )
+            for i, candidate in enumerate(keep):
+                if candidate and bits[i] is not None:
+                    filters = {columns[i]: BloomFilter(columns[i], hashes[i], bits[i])}
+                    keep[i] = not bloom_excludes(filters, checks)
+            mask = pa.array(keep, type=pa.bool_())
+        kept_ids = frozenset(table.filter(mask).column("segment_id").to_pylist())
+        if self._state is not None:
+            pruned = self._state.copy()
+            pruned.segments = {k: v for k, v in pruned.segments.items() if k in kept_ids}
+            pruned.live_rows = sum(v.segment.row_count for v in pruned.segments.values())
+            pruned.live_bytes = sum(v.segment.size_bytes for v in pruned.segments.values())
+            return Snapshot(pruned, self._root, origin=self.origin)
+        rows = self._view.rows
+        rows = rows.filter(
+            pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(kept_ids), pa.string()))
+        )
+        view = replace(
+            self._view,
+            rows=rows,
+            live_rows=pc.sum(rows.column("row_count")).as_py() or 0,
+            live_bytes=pc.sum(rows.column("size_bytes")).as_py() or 0,
+        )
+        return Snapshot(view, self._root, origin=self.origin)
 
     def diff(self, other: Snapshot) -> SnapshotDiff:
         """Segments to load (in ``other``, not here) and to unload (here, not in ``other``)."""

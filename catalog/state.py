@@ -9,6 +9,7 @@ every later commit as a replay from offset 0 would.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -97,10 +98,9 @@ class TableState:
         digest = hashlib.blake2b(digest_size=16)
         for segment_id in sorted(self.segments):
             live = self.segments[segment_id]
-            digest.update(f"{segment_id}\0{live.added_version}\0{live.segment.path}\n".encode())
-        for tomb in self.tombstones:
-            digest.update(f"T{tomb.version}\0{tomb.predicate}\n".encode())
-        digest.update(f"S{self.schema_version}\0{self.schema}\n".encode())
-        for key in sorted(self.properties):
-            digest.update(f"P{key}\0{self.properties[key]}\n".encode())
+            digest.update(json.dumps([segment_id, live.added_version, live.segment.path]).encode())
+        digest.update(json.dumps([[t.predicate, t.version] for t in self.tombstones]).encode())
+        digest.update(
+            json.dumps([self.schema_version, self.schema, sorted(self.properties.items())]).encode()
+        )
         return digest.hexdigest()

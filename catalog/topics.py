@@ -12,7 +12,13 @@ from confluent_kafka.cimpl import NewTopic
 
 from catalog.clients import admin_config
 from catalog.config import Config
-from catalog.errors import MisconfiguredTable, ServiceUnavailable, TableAlreadyExists, TableNotFound
+from catalog.errors import (
+    InvalidTableName,
+    MisconfiguredTable,
+    ServiceUnavailable,
+    TableAlreadyExists,
+    TableNotFound,
+)
 from catalog.names import TOPIC_PREFIX, TableName
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -60,6 +66,11 @@ class TopicAdmin:
             err = exc.args[0]
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 raise TableAlreadyExists(f"table {name} already exists") from exc
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
+                raise InvalidTableName(
+                    f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
+                    "a table whose name differs only in those collides with an existing one)"
+                ) from exc
             raise ServiceUnavailable(f"could not create topic {name.topic}: {exc}") from exc
         return self.describe(name)
 

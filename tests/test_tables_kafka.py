@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -82,3 +84,10 @@ def test_misconfigured_topics_are_refused_before_any_write(
         TableWriter(config, table_name)
     with LogReader(config, name) as reader:
         assert reader.watermarks() == (0, 0)
+
+
+def test_names_that_collide_in_kafka_get_a_clear_error(catalog: Catalog, config: Config) -> None:
+    stem = f"c{os.urandom(3).hex()}"
+    catalog.create_table(f"{stem}_a.t_b")
+    with pytest.raises(InvalidTableName, match="collides"):
+        catalog.create_table(f"{stem}.a_t_b")

@@ -1,0 +1,439 @@
+"""Property-based tests of the deterministic rules (DESIGN §3–§4) over generated logs.
+
+(a) replay is deterministic; (b) replay resumed from a copied state (a key frame) equals
+replay from scratch; (c) every verdict matches an independent, deliberately naive
+*reference model* of DESIGN §4 / docs/PROTOCOL.md §4 written below from the spec text
+(it never calls ``rules``); (d) invariants of the image: the live set, the sums, versions
+that never go back, non-accepted records that change nothing, conflicting versions that
+really conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog import codec
+from catalog.errors import DecodeError
+from catalog.model import Commit, Isolation, LogRecord, Operation, Segment
+from catalog.replay import Applied, replay
+from catalog.rules import Outcome, Rule, Verdict
+from catalog.state import DEDUP_WINDOW, TableState
+from tests.strategies import SETTINGS, Scenario, scenarios
+
+# ------------------------------------------------------------------ the reference model
+#
+# Written from the spec, not from rules.py: a list of accepted commits is the whole
+# state, and every question ("is it live?", "was the scope touched after base_version?")
+# is answered by scanning that history. Slow and obvious on purpose.
+
+UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def bad_text(value: str, limit: int = 512) -> bool:
+    """Empty, over-long, or with control characters (PROTOCOL §4 field rules)."""
+    return value == "" or len(value) > limit or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)
+
+
+def bad_path(path: str) -> bool:
+    """Not (relative without '', '.', '..' components) and not (an absolute URI with a scheme)."""
+    if bad_text(path, 4096):
+        return True
+    if URI.match(path):
+        return False
+    return path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in path.split("/"))
+
+
+def bad_segment(segment: Segment) -> bool:
+    if bad_text(segment.segment_id) or bad_path(segment.path):
+        return True
+    if segment.partition is not None and bad_text(segment.partition):
+        return True
+    if segment.size_bytes < 0 or segment.row_count < 0:
+        return True
+    columns = [s.column for s in segment.stats]
+    if len(set(columns)) != len(columns):
+        return True
+    for stats in segment.stats:
+        if stats.null_count is not None and not 0 <= stats.null_count <= segment.row_count:
+            return True
+        if stats.min is not None and stats.max is not None:
+            try:
+                if stats.min > stats.max:  # type: ignore[operator]
+                    return True
+            except TypeError:
+                return True
+    return segment.bloom is not None and (segment.bloom.num_hashes < 1 or not segment.bloom.bits)
+
+
+def not_json(text: str | None) -> bool:
+    if text is None:
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
+
+
+def is_malformed(commit: Commit, offset: int, table: str) -> bool:
+    """Rule 2, from the field rules listed in docs/PROTOCOL.md §4."""
+    adds = [s.segment_id for s in commit.adds]
+    changes_data = bool(commit.adds or commit.drops or commit.tombstones)
+    op = commit.operation
+    generic = (
+        commit.table != table
+        or not UUID_TEXT.fullmatch(commit.commit_id)
+        or op is Operation.UNKNOWN
+        or not -1 <= commit.base_version < offset
+        or bad_text(commit.writer_id)
+        or len(set(adds)) != len(adds)
+        or len(set(commit.drops)) != len(commit.drops)
+        or bool(set(adds) & set(commit.drops))
+        or any(bad_segment(s) for s in commit.adds)
+        or any(bad_text(d) for d in commit.drops)
+        or any(bad_text(t.predicate, 16_384) for t in commit.tombstones)
+        or any(bad_text(p) for p in commit.replace_scope)
+        or not_json(commit.schema)
+    )
+    if generic:
+        return True
+    if commit.replace_scope and op is not Operation.REPLACE:
+        return True
+    if op is Operation.APPEND:
+        return not commit.adds or bool(commit.drops or commit.tombstones)
+    if op is Operation.COMPACT:
+        return not commit.drops or bool(commit.tombstones)
+    if op is Operation.DELETE:
+        return not (commit.drops or commit.tombstones)
+    if op is Operation.SET_PROPERTIES:
+        return changes_data or not commit.table_properties
+    if op is Operation.SET_SCHEMA:
+        return changes_data or commit.schema is None
+    if op is Operation.REPLACE and commit.replace_scope:
+        return any(s.partition not in commit.replace_scope for s in commit.adds)
+    return False
+
+
+@dataclass(frozen=True)
+class Expected:
+    outcome: Outcome
+    rule: Rule | None = None
+    conflicts: frozenset[int | None] = frozenset()
+    """For REJECTED: every acceptable ``conflicting_version``."""
+    original_version: int | None = None
+
+
+@dataclass(frozen=True)
+class Accepted:
+    version: int
+    commit: Commit
+    touched: frozenset[str | None]
+    """Partitions of the segments this commit added or dropped."""
+
+
+@dataclass
+class Reference:
+    table: str
+    history: list[Accepted] = field(default_factory=list)
+
+    # -- the state, recomputed from the history every time it is asked for
+    def live(self) -> dict[str, tuple[Segment, int]]:
+        live: dict[str, tuple[Segment, int]] = {}
+        for accepted in self.history:
+            for drop in accepted.commit.drops:
+                del live[drop]
+            for segment in accepted.commit.adds:
+                live[segment.segment_id] = (segment, accepted.version)
+        return live
+
+    def tombstones(self) -> list[tuple[str, int]]:
+        return [(t.predicate, a.version) for a in self.history for t in a.commit.tombstones]
+
+    def schema(self) -> tuple[str | None, int]:
+        changes = [(a.commit.schema, a.version) for a in self.history if a.commit.schema is not None]
+        return changes[-1] if changes else (None, -1)
+
+    def properties(self) -> dict[str, str]:
+        props: dict[str, str] = {}
+        for accepted in self.history:
+            for key, value in accepted.commit.table_properties.items():
+                if value is None:
+                    props.pop(key, None)
+                else:
+                    props[key] = value
+        return props
+
+    # -- DESIGN §4, in order
+    def judge(self, record: LogRecord, commit: Commit | None) -> Expected:
+        if record.value is None:
+            return Expected(Outcome.PRUNED)
+        if commit is None or record.key != commit.commit_id.encode():
+            return Expected(Outcome.INVALID, Rule.MALFORMED)
+        window = self.history[-DEDUP_WINDOW:]
+        earlier = [a.version for a in window if a.commit.commit_id == commit.commit_id]
+        if earlier:  # rule 1
+            return Expected(Outcome.DUPLICATE, Rule.DUPLICATE_COMMIT, frozenset(earlier), earlier[-1])
+        if is_malformed(commit, record.offset, self.table):  # rule 2
+            return Expected(Outcome.INVALID, Rule.MALFORMED)
+        live = self.live()
+        for drop in commit.drops:  # rule 3: the version that last dropped it, if any did
+            if drop not in live:
+                dropped_at = [a.version for a in self.history if drop in a.commit.drops]
+                last_drop = dropped_at[-1] if dropped_at else None
+                return Expected(Outcome.REJECTED, Rule.CONCURRENT_DROP, frozenset({last_drop}))
+        concurrent_deletes = {
+            a.version for a in self.history if a.version > commit.base_version and a.commit.tombstones
+        }
+        if commit.drops and commit.adds and concurrent_deletes:  # rule 3b: a rewrite would resurrect rows
+            return Expected(Outcome.REJECTED, Rule.CONCURRENT_DELETE, frozenset({max(concurrent_deletes)}))
+        scope = set(commit.replace_scope)
+        if (  # a REPLACE stays in its scope
+            commit.operation is Operation.REPLACE
+            and scope
+            and any(live[d][0].partition not in scope for d in commit.drops)
+        ):
+            return Expected(Outcome.INVALID, Rule.MALFORMED)
+        for segment in commit.adds:  # rule 4: when the live one was added
+            if segment.segment_id in live:
+                added = live[segment.segment_id][1]
+                return Expected(Outcome.REJECTED, Rule.DUPLICATE_SEGMENT, frozenset({added}))
+        concurrent = [a for a in self.history if a.version > commit.base_version]
+        if commit.operation is Operation.REPLACE and commit.isolation is Isolation.SERIALIZABLE:  # rule 5
+            scope = set(commit.replace_scope)
+            touching = {
+                a.version
+                for a in concurrent
+                if a.commit.tombstones  # a predicate may match rows in any partition
+                or (a.touched & scope if scope else a.commit.adds or a.commit.drops)
+            }
+            if touching:
+                return Expected(Outcome.REJECTED, Rule.CONCURRENT_APPEND, frozenset(touching))
+        if commit.schema is not None:  # rule 6
+            changes = {a.version for a in concurrent if a.commit.schema is not None}
+            if changes:
+                return Expected(Outcome.REJECTED, Rule.CONCURRENT_SCHEMA_CHANGE, frozenset(changes))
+        return Expected(Outcome.ACCEPTED)  # rule 7
+
+    def accept(self, offset: int, commit: Commit) -> None:
+        live = self.live()
+        touched = {live[d][0].partition for d in commit.drops} | {s.partition for s in commit.adds}
+        self.history.append(Accepted(offset, commit, frozenset(touched)))
+
+
+def check_against_reference(verdict: Verdict, expected: Expected, kind: str) -> None:
+    where = f"offset {verdict.offset} ({kind}): {verdict} vs expected {expected}"
+    assert verdict.outcome is expected.outcome, where
+    assert verdict.rule is expected.rule, where
+    if expected.outcome is Outcome.REJECTED:
+        assert verdict.conflicting_version in expected.conflicts, where
+    if expected.outcome is Outcome.DUPLICATE:
+        assert verdict.original_version == expected.original_version, where
+    if expected.outcome is Outcome.ACCEPTED:
+        assert verdict.conflicting_version is None and verdict.original_version is None, where
+
+
+# ------------------------------------------------------------------ helpers
+
+COUNTERS = ("accepted", "rejected", "invalid", "duplicates")
+
+
+def full_replay(scenario: Scenario) -> tuple[TableState, list[Verdict]]:
+    verdicts: list[Verdict] = []
+    state = TableState(scenario.table)
+    replay(scenario.records, state, listener=lambda applied, _: verdicts.append(applied.verdict))
+    return state, verdicts
+
+
+def without_bookkeeping(state: TableState) -> TableState:
+    """The state with the fields a non-accepted record may change (version, counters) zeroed."""
+    return replace(state, version=0, accepted=0, rejected=0, invalid=0, duplicates=0)
+
+
+# ------------------------------------------------------------------ (a) determinism
+
+
+@settings(SETTINGS, max_examples=80)
+@given(scenarios())
+def test_replay_is_deterministic(scenario: Scenario) -> None:
+    first, first_verdicts = full_replay(scenario)
+    second, second_verdicts = full_replay(scenario)
+    assert first_verdicts == second_verdicts
+    assert first == second
+    assert first.fingerprint() == second.fingerprint()
+    assert len(first_verdicts) == len(scenario.records)
+    assert first.version == scenario.records[-1].offset
+
+
+# ------------------------------------------------------------------ (b) resuming from a key frame
+
+
+@settings(SETTINGS, max_examples=80)
+@given(scenarios(), st.data())
+def test_resumed_replay_equals_replay_from_scratch(scenario: Scenario, data: st.DataObject) -> None:
+    full, full_verdicts = full_replay(scenario)
+    split = data.draw(st.integers(0, len(scenario.records)), label="split")
+    head, tail = scenario.records[:split], scenario.records[split:]
+
+    prefix = replay(head, TableState(scenario.table))
+    key_frame = prefix.copy()
+    assert key_frame == prefix and key_frame.fingerprint() == prefix.fingerprint()
+
+    tail_verdicts: list[Verdict] = []
+    resumed = replay(tail, key_frame, listener=lambda a, s: tail_verdicts.append(a.verdict))
+    assert resumed == full
+    assert resumed.fingerprint() == full.fingerprint()
+    assert tail_verdicts == full_verdicts[split:]
+
+    # The copy is independent: replaying on it left the prefix state as it was.
+    assert prefix == replay(head, TableState(scenario.table))
+
+    # A replay that overlaps what the key frame holds skips the overlap.
+    assert replay(scenario.records, prefix.copy()) == full
+
+    # upto: stopping at the last record of the head, or anywhere in the gap after it, is the head.
+    if head:
+        for upto in {head[-1].offset, (tail[0].offset - 1) if tail else head[-1].offset + 5}:
+            assert replay(scenario.records, TableState(scenario.table), upto=upto) == prefix
+
+
+# ------------------------------------------------------------------ (c) + (d) reference model and invariants
+
+
+@settings(SETTINGS, max_examples=200)
+@given(scenarios())
+def test_verdicts_match_reference_model_and_invariants_hold(scenario: Scenario) -> None:
+    reference = Reference(scenario.table)
+    previous = TableState(scenario.table)
+    history: list[tuple[Applied, frozenset[str]]] = []
+    position = iter(range(len(scenario.records)))
+
+    def listener(applied: Applied, state: TableState) -> None:
+        nonlocal previous
+        i = next(position)
+        record, intended, kind = scenario.records[i], scenario.intended[i], scenario.kinds[i]
+        verdict = applied.verdict
+
+        # The codec decodes exactly what the generator encoded (or refuses it).
+        if record.value is not None:
+            try:
+                assert codec.decode_commit(record.value) == intended, kind
+            except DecodeError:
+                assert intended is None, kind
+
+        # (c) the verdict is the reference model's.
+        expected = reference.judge(record, intended)
+        check_against_reference(verdict, expected, kind)
+        assert verdict.offset == record.offset
+        if verdict.outcome is Outcome.ACCEPTED:
+            assert intended is not None and applied.commit == intended
+            reference.accept(record.offset, intended)
+
+        # (d) the image is the reference's image ...
+        live = reference.live()
+        assert {k: v.added_version for k, v in state.segments.items()} == {k: v for k, (_, v) in live.items()}
+        assert {k: v.segment for k, v in state.segments.items()} == {k: s for k, (s, _) in live.items()}
+        assert [(t.predicate, t.version) for t in state.tombstones] == reference.tombstones()
+        assert (state.schema, state.schema_version) == reference.schema()
+        assert state.properties == reference.properties()
+        # ... the sums are the sums ...
+        assert state.live_bytes == sum(s.segment.size_bytes for s in state.segments.values())
+        assert state.live_rows == sum(s.segment.row_count for s in state.segments.values())
+        # ... versions only move forward ...
+        assert state.version == record.offset
+        accepted_versions = [a.version for a in reference.history]
+        assert state.last_accepted_version == (accepted_versions[-1] if accepted_versions else -1)
+        if verdict.outcome is Outcome.ACCEPTED:
+            assert state.last_accepted_timestamp_ms == record.timestamp_ms
+            assert state.last_commit_id == verdict.commit_id
+        # ... and a record that is not accepted changes nothing but the version and one counter.
+        if verdict.outcome is not Outcome.ACCEPTED:
+            assert state.fingerprint() == previous.fingerprint(), kind
+            assert without_bookkeeping(state) == without_bookkeeping(previous), kind
+        changed = Counter({c: getattr(state, c) - getattr(previous, c) for c in COUNTERS})
+        expected_counter = {
+            Outcome.ACCEPTED: "accepted",
+            Outcome.REJECTED: "rejected",
+            Outcome.INVALID: "invalid",
+            Outcome.DUPLICATE: "duplicates",
+        }.get(verdict.outcome)
+        assert +changed == (Counter({expected_counter: 1}) if expected_counter else Counter()), kind
+
+        # A conflicting version is an accepted version before this one.
+        if verdict.conflicting_version is not None:
+            assert verdict.conflicting_version in accepted_versions
+            assert verdict.conflicting_version < record.offset
+
+        history.append((applied, state.live_ids()))
+        previous = state.copy()
+
+    final = replay(scenario.records, TableState(scenario.table), listener=listener)
+    assert len(history) == len(scenario.records)
+
+    # live set = accepted adds − accepted drops, counted per segment id.
+    accepted = [a.commit for a, _ in history if a.verdict.accepted and a.commit is not None]
+    adds = Counter(s.segment_id for c in accepted for s in c.adds)
+    drops = Counter(d for c in accepted for d in c.drops)
+    assert all(adds[i] - drops[i] in (0, 1) for i in adds | drops)
+    assert final.live_ids() == {i for i in adds if adds[i] - drops[i] == 1}
+
+    # A segment dropped at version v is not live at any version w >= v unless re-added in (v, w].
+    for i, (applied, _) in enumerate(history):
+        if not applied.verdict.accepted or applied.commit is None:
+            continue
+        for dropped in applied.commit.drops:
+            for later, live_then in history[i:]:
+                if dropped in live_then:
+                    re_adds = [
+                        a.verdict.offset
+                        for a, _ in history[i + 1 :]
+                        if a.verdict.accepted
+                        and a.commit is not None
+                        and a.verdict.offset <= later.verdict.offset
+                        and dropped in {s.segment_id for s in a.commit.adds}
+                    ]
+                    when = f"{dropped} dropped at {applied.verdict.offset}, live at {later.verdict.offset}"
+                    assert re_adds, when
+
+    # A DUPLICATE names the version at which the same commit id was accepted.
+    accepted_at = {a.verdict.offset: a.verdict.commit_id for a, _ in history if a.verdict.accepted}
+    for applied, _ in history:
+        if applied.verdict.outcome is Outcome.DUPLICATE:
+            assert applied.verdict.original_version is not None
+            assert accepted_at[applied.verdict.original_version] == applied.verdict.commit_id
+
+
+# ------------------------------------------------------------------ the generator is meaningful
+
+
+def test_generated_logs_reach_every_outcome_and_rule() -> None:
+    """Guards the tests above against a generator that silently stopped producing conflicts."""
+    seen: Counter[tuple[Outcome, Rule | None]] = Counter()
+
+    @settings(SETTINGS, max_examples=60, derandomize=True)
+    @given(scenarios())
+    def collect(scenario: Scenario) -> None:
+        for verdict in full_replay(scenario)[1]:
+            seen[(verdict.outcome, verdict.rule)] += 1
+
+    collect()
+    wanted: set[tuple[Outcome, Any]] = {
+        (Outcome.ACCEPTED, None),
+        (Outcome.PRUNED, None),
+        (Outcome.DUPLICATE, Rule.DUPLICATE_COMMIT),
+        (Outcome.INVALID, Rule.MALFORMED),
+        (Outcome.REJECTED, Rule.CONCURRENT_DROP),
+        (Outcome.REJECTED, Rule.DUPLICATE_SEGMENT),
+        (Outcome.REJECTED, Rule.CONCURRENT_APPEND),
+        (Outcome.REJECTED, Rule.CONCURRENT_SCHEMA_CHANGE),
+        (Outcome.REJECTED, Rule.CONCURRENT_DELETE),
+    }
+    assert wanted <= set(seen), f"never produced: {wanted - set(seen)}"
+    assert seen[(Outcome.ACCEPTED, None)] > sum(seen.values()) / 3
