@@ -1,15 +1,22 @@
 """``segcat demo``: the quick start's main job, end to end on real services.
 
-Starts the local stack (unless SEGCAT_BOOTSTRAP_SERVERS points elsewhere), writes real
-Parquet segments, commits them, races two compactions, and reads the table back.
+Starts the local stack (unless SEGCAT_BOOTSTRAP_SERVERS points elsewhere) and the
+materializer, writes real Parquet segments and commits them while a watcher prints each
+new version, races two compactions, soft-deletes a user, then reads the table back from
+the key frame in Redis (time travel, pruning, the log, a coordinator's diff).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -21,9 +28,10 @@ from catalog.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from catalog.cli.render import console
 from catalog.config import Config
 from catalog.errors import CommitConflict
+from catalog.expressions import col
 from catalog.model import Segment
 from catalog.parquet_stats import segment_from_parquet
-from catalog.table import Catalog
+from catalog.table import Catalog, Table
 from producers import TableWriter
 
 
@@ -57,14 +65,78 @@ def _write_day(root: str, day: dt.date, rows: int, seed: int) -> Segment:
 @click.option("--files-per-day", type=int, default=3, show_default=True)
 def demo_cmd(days: int, files_per_day: int) -> None:
     """Run the end-to-end demo: stack, commits from two writers, a race, reads and time travel."""
-    config = Config.load()
+    config = replace(Config.load(), keyframe_every_commits=4, metrics_port=0)
     if not os.environ.get("SEGCAT_BOOTSTRAP_SERVERS"):
         local_stack.up(config, reporter=local_stack.RichReporter(console))
-    name = f"demo.events_{dt.datetime.now(dt.UTC):%Y%m%d_%H%M%S}"
+    namespace = f"demo_{dt.datetime.now(dt.UTC):%Y%m%d_%H%M%S}"
+    name = f"{namespace}.events"
     catalog = Catalog(config)
     table = catalog.create_table(name)
     console.rule(f"[bold]table {name}[/] (topic {table.name.topic}, root {table.root})")
+    with _materializer(config, rf"^segcat\.{namespace}\..*"), _watcher(table):
+        won, before_compaction = _commits(config, table, name, days, files_per_day)
+        _wait_materialized(catalog, name)
+    _reads(name, table, before_compaction, won)
 
+
+@contextmanager
+def _materializer(config: Config, pattern: str) -> Iterator[None]:
+    """The materializer service, in a thread, following only this demo's namespace."""
+    from materializer.service import Materializer
+
+    logging.getLogger("segcat.materializer").setLevel(logging.WARNING)
+    service = Materializer(config, group_id=f"demo-{uuid.uuid4().hex[:6]}", pattern=pattern)
+    ready = threading.Event()
+    thread = threading.Thread(target=service.run, kwargs={"ready": ready.set}, daemon=True)
+    thread.start()
+    ready.wait(30)
+    console.print("[dim]materializer running (key frames every 4 commits)[/]")
+    try:
+        yield
+    finally:
+        service.stop.set()
+        thread.join(30)
+
+
+@contextmanager
+def _watcher(table: Table) -> Iterator[None]:
+    """A version watcher printing every change as it arrives (Pub/Sub), as a dashboard would."""
+    stop = threading.Event()
+
+    def run() -> None:
+        with table.watch(-1, poll_s=0.2) as watcher:
+            for change in watcher:
+                console.print(
+                    f"  [magenta]watch[/] v{change.version} {change.operation} "
+                    f"+{len(change.added)} -{len(change.dropped)} [dim]({change.source})[/]"
+                )
+                if stop.is_set():
+                    return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        time.sleep(0.5)
+        stop.set()
+
+
+def _wait_materialized(catalog: Catalog, name: str) -> None:
+    table = catalog.table(name)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if (
+            table.snapshot().origin == "redis"
+            and table.snapshot().version == table.state().last_accepted_version
+        ):
+            return
+        time.sleep(0.1)
+
+
+def _commits(config: Config, table: Table, name: str, days: int, files_per_day: int) -> tuple[int, int]:
+    """Daily appends, a compaction race between two writers, and a soft delete."""
     first_day = dt.date(2026, 11, 1)
     with (
         TableWriter(config, name, writer_id="daily-loader") as loader,
@@ -99,6 +171,18 @@ def demo_cmd(days: int, files_per_day: int) -> None:
             )
         deleted = loader.delete(predicates=["user = 'user-07'"], properties={"reason": "GDPR request"})
         console.print(f"DELETE (soft, tombstone) user-07 → version [bold]{deleted}[/]")
+    return won, before_compaction
+
+
+def _reads(name: str, table: Table, before_compaction: int, won: int) -> None:
+    snap = table.snapshot()
+    console.rule(f"[bold]reader[/]: head from [cyan]{snap.origin}[/] (key frame + deltas)")
+    cutoff = dt.datetime(2026, 11, 3, tzinfo=dt.UTC)
+    early = snap.prune(col("ts") < cutoff)
+    console.print(
+        f"prune(ts < {cutoff:%Y-%m-%d}): {early.live_count} of {snap.live_count} segments can match, "
+        "judged from their min/max stats alone"
+    )
 
     console.rule("[bold]segcat log[/]")
     log_cmd.main([name], standalone_mode=False)
