@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -72,7 +73,15 @@ class TopicAdmin:
                     "a table whose name differs only in those collides with an existing one)"
                 ) from exc
             raise ServiceUnavailable(f"could not create topic {name.topic}: {exc}") from exc
-        return self.describe(name)
+        # creation is acknowledged before every broker's metadata shows the topic: wait for it
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self.describe(name)
+            except TableNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def describe(self, name: TableName) -> TopicInfo:
         """The topic's layout; raises if it breaks DESIGN §2 (partitions, compaction, time type)."""

@@ -7,6 +7,7 @@ failure, never a skip (``tests.services.service_failure``).
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from tests.services import LOCAL_STACK_HOME, ResolvedServices, resolve_services
 
 @pytest.fixture(scope="session")
 def services() -> Iterator[ResolvedServices]:
-    base = Config.load(env={"SEGCAT_HOME": str(LOCAL_STACK_HOME)})
+    base = Config.load(env={**os.environ, "SEGCAT_HOME": str(LOCAL_STACK_HOME)})
     resolved = resolve_services(base)
     yield resolved
     resolved.stop()
@@ -34,6 +35,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def config(services: ResolvedServices, warehouse: Path) -> Config:
     env = {
+        **{k: v for k, v in os.environ.items() if k.startswith("SEGCAT_STACK_")},
         "SEGCAT_HOME": str(LOCAL_STACK_HOME),
         "SEGCAT_BOOTSTRAP_SERVERS": services.bootstrap_servers,
         "SEGCAT_REDIS_URL": services.redis_url,
