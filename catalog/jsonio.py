@@ -7,6 +7,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from catalog import codec
 from catalog.errors import MalformedCommit
 from catalog.model import (
     BloomFilter,
@@ -76,32 +77,15 @@ def segment_from_json(raw: Mapping[str, Any]) -> Segment:
 
 
 def segment_to_json(segment: Segment) -> dict[str, Any]:
-    return {
-        "segment_id": segment.segment_id,
-        "path": segment.path,
-        "partition": segment.partition,
-        "format": segment.format,
-        "size_bytes": segment.size_bytes,
-        "row_count": segment.row_count,
-        "stats": [
-            {
-                "column": s.column,
-                "type": s.type.value,
-                "min": _stat_out(s.min),
-                "max": _stat_out(s.max),
-                "null_count": s.null_count,
-            }
-            for s in segment.stats
-        ],
-        "bloom": None
-        if segment.bloom is None
-        else {
-            "column": segment.bloom.column,
-            "num_hashes": segment.bloom.num_hashes,
-            "bits": base64.b64encode(segment.bloom.bits).decode(),
-        },
-        "schema": segment.schema,
-    }
+    """The Avro layout of ``codec``, with stats as ISO dates/times and bytes as base64."""
+    raw = codec.segment_to_avro(segment)
+    raw["stats"] = [
+        {**entry, "min": _stat_out(stat.min), "max": _stat_out(stat.max)}
+        for entry, stat in zip(raw["stats"], segment.stats, strict=True)
+    ]
+    if segment.bloom is not None:
+        raw["bloom"] = {**raw["bloom"], "bits": base64.b64encode(segment.bloom.bits).decode()}
+    return raw
 
 
 def commit_from_json(
@@ -138,22 +122,10 @@ def commit_from_json(
 
 
 def commit_to_json(commit: Commit) -> dict[str, Any]:
-    return {
-        "commit_id": commit.commit_id,
-        "table": commit.table,
-        "operation": commit.operation.value,
-        "base_version": commit.base_version,
-        "writer_id": commit.writer_id,
-        "timestamp_ms": commit.timestamp_ms,
-        "adds": [segment_to_json(s) for s in commit.adds],
-        "drops": list(commit.drops),
-        "tombstones": [t.predicate for t in commit.tombstones],
-        "replace_scope": list(commit.replace_scope),
-        "isolation": commit.isolation.value,
-        "properties": dict(commit.properties),
-        "table_properties": dict(commit.table_properties),
-        "schema": commit.schema,
-    }
+    raw = codec.commit_to_avro(commit)
+    raw["adds"] = [segment_to_json(s) for s in commit.adds]
+    raw["tombstones"] = [t.predicate for t in commit.tombstones]
+    return raw
 
 
 _FIELDS = set(commit_to_json(Commit("", "", Operation.APPEND, -1, "", 0)))

@@ -16,6 +16,7 @@ import pytest
 
 from catalog.config import Config
 from catalog.table import Catalog, Table
+from tests.materializer_support import PrivateRedis
 from tests.services import LOCAL_STACK_HOME, ResolvedServices, resolve_services
 
 
@@ -60,3 +61,12 @@ def table_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def table(catalog: Catalog, table_name: str) -> Table:
     return catalog.create_table(table_name)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the test's own (FLUSHALL, kill and restart touch nothing shared)."""
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    server.stop()
