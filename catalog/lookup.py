@@ -48,7 +48,7 @@ def from_redis(redis: RedisStore, table: str, bound: int | None) -> Found | None
     if loaded.head is None or loaded.keyframe is None or not loaded.complete:
         return None
     try:
-        frame = FrameView.from_keyframe(keyframe.from_ipc(loaded.keyframe))
+        frame = FrameView.from_keyframe(keyframe.from_ipc(loaded.keyframe, verified_bytes=True))
     except CorruptKeyFrame as exc:
         log.warning("corrupt key frame in redis", extra={"table": table, "reason": str(exc)})
         return None

@@ -117,9 +117,19 @@ class Snapshot:
         return out
 
     def files(self) -> list[str]:
-        """Absolute paths / URIs of the live segment files, ordered by segment id."""
-        table = self.segments.sort_by("segment_id") if self.segments.num_rows else self.segments
-        return [self.resolve(path) for path in table.column("path").to_pylist()]
+        """Absolute paths / URIs of the live segment files (in no particular order).
+
+        Joined with the table root in one vectorised call: listing a million files stays cheap.
+        """
+        paths = self.segments.column("path")
+        if len(paths) == 0:
+            return []
+        joined = pc.binary_join_element_wise(pa.scalar(self._root), paths, "/")
+        absolute = pc.match_substring(paths, "://")
+        if pc.any(absolute).as_py():
+            joined = pc.if_else(absolute, paths, joined)
+        out: list[str] = joined.to_pylist()
+        return out
 
     def resolve(self, path: str) -> str:
         return path if "://" in path else f"{self._root}/{path}"
