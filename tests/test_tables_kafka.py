@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -16,6 +17,17 @@ from catalog.table import Catalog
 from producers import TableWriter
 
 pytestmark = pytest.mark.kafka
+
+
+def _wait_visible(admin: AdminClient, topic: str) -> None:
+    """Creation is acknowledged before the metadata shows the topic everywhere."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {topic} never became visible")
 
 
 def _topics(config: Config) -> set[str]:
@@ -78,6 +90,7 @@ def test_misconfigured_topics_are_refused_before_any_write(
     admin.create_topics(
         [NewTopic(name.topic, num_partitions=partitions, replication_factor=1, config=settings)]
     )[name.topic].result(30)
+    _wait_visible(admin, name.topic)
     with pytest.raises(MisconfiguredTable, match=complaint):
         catalog.table(table_name)
     with pytest.raises(MisconfiguredTable):
