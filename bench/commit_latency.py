@@ -6,6 +6,7 @@
 Scenarios (full / quick):
 1. segcat, one writer, 1,000 / 100 sequential one-segment appends on a fresh table;
 2. segcat, 8 / 2 writer processes appending to one table at once (250 / 50 each);
+   then, for reference, the same with bare Kafka producers (no catch-up: the broker's floor);
 3. segcat, one writer, 10,000 / 1,000 appends: first vs last 1,000 / 100 commits;
 4. delta-rs, 1,000 / 100 one-file append transactions on a local table;
 5. pyiceberg, 1,000 / 100 ``add_files`` commits with a sqlite SQL catalog.
@@ -42,6 +43,7 @@ from rich.progress import (
 from rich.table import Table as RichTable
 
 from bench import report
+from bench.cpu import CpuMeter
 from bench.environment import describe
 from bench.runs import Run, Tick
 from bench.stats import median_ms
@@ -65,17 +67,19 @@ class Params:
     long_log_commits: int
     window: int
     peer_commits: int
+    warmup_commits: int
+    """Untimed commits on a scratch table first, so the broker's JIT is warm for every scenario."""
 
     @classmethod
     def full(cls) -> Params:
-        return cls(1000, 8, 250, 10_000, 1000, 1000)
+        return cls(1000, 8, 250, 10_000, 1000, 1000, 1000)
 
     @classmethod
     def quick(cls) -> Params:
-        return cls(100, 2, 50, 1000, 100, 100)
+        return cls(100, 2, 50, 1000, 100, 100, 200)
 
 
-ALL_SCENARIOS = ("sequential", "concurrent", "long-log", "delta", "iceberg")
+ALL_SCENARIOS = ("sequential", "concurrent", "floor", "long-log", "delta", "iceberg")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -165,6 +169,7 @@ def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep:
         return name
 
     runs: dict[str, Run] = {}
+    meter = CpuMeter(config)
     workdir = Path(tempfile.mkdtemp(prefix="segcat-bench-"))
     columns = (
         TextColumn("[progress.description]{task.description}"),
@@ -179,7 +184,7 @@ def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep:
             f"segcat: {params.sequential_commits:,} sequential appends",
             params.sequential_commits,
             lambda tick: segcat_runs.run_sequential(
-                config, table("seq"), params.sequential_commits, tick=tick
+                config, table("seq"), params.sequential_commits, tick=tick, meter=meter
             ),
         ),
         (
@@ -187,7 +192,21 @@ def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep:
             f"segcat: {params.writers} writer processes × {params.commits_per_writer:,}",
             params.writers * params.commits_per_writer,
             lambda tick: segcat_runs.run_concurrent(
-                config, table("conc"), params.writers, params.commits_per_writer, tick=tick
+                config, table("conc"), params.writers, params.commits_per_writer, tick=tick, meter=meter
+            ),
+        ),
+        (
+            "floor",
+            f"Kafka floor: {params.writers} bare producers × {params.commits_per_writer:,}",
+            params.writers * params.commits_per_writer,
+            lambda tick: segcat_runs.run_concurrent(
+                config,
+                table("floor"),
+                params.writers,
+                params.commits_per_writer,
+                tick=tick,
+                meter=meter,
+                raw=True,
             ),
         ),
         (
@@ -202,30 +221,40 @@ def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep:
                 tick=tick,
                 windows=params.window,
                 cold_start=True,
+                meter=meter,
             ),
         ),
         (
             "delta",
             f"delta-rs: {params.peer_commits:,} append transactions",
             params.peer_commits,
-            lambda tick: run_delta(workdir, params.peer_commits, tick=tick),
+            lambda tick: run_delta(workdir, params.peer_commits, tick=tick, meter=meter),
         ),
         (
             "iceberg",
             f"pyiceberg: {params.peer_commits:,} add_files commits",
             params.peer_commits,
-            lambda tick: run_iceberg(workdir, params.peer_commits, tick=tick),
+            lambda tick: run_iceberg(workdir, params.peer_commits, tick=tick, meter=meter),
         ),
     ]
     keys = {
         "sequential": "segcat_sequential",
         "concurrent": "segcat_concurrent",
+        "floor": "kafka_floor",
         "long-log": "segcat_long_log",
         "delta": "delta_sequential",
         "iceberg": "iceberg_sequential",
     }
+    warmup: dict[str, Any] | None = None
     try:
         with Progress(*columns, console=console) as progress:
+            if params.warmup_commits and set(scenarios) & {"sequential", "concurrent", "floor", "long-log"}:
+                description = f"segcat: {params.warmup_commits:,} warm-up commits (not reported)"
+                with progress_bar(progress, description, params.warmup_commits) as tick:
+                    warm = segcat_runs.run_sequential(
+                        config, table("warmup"), params.warmup_commits, tick=tick
+                    )
+                warmup = {"commits": warm.commits, "median_ms": round(warm.summary.median_ms, 4)}
             for name, description, total, fn in steps:
                 if name not in scenarios:
                     continue
@@ -242,10 +271,16 @@ def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep:
         else:
             console.print(f"kept tables {tables} and peer tables under {workdir}")
 
+    codec_cost = segcat_runs.measure_codec() if set(scenarios) & {"sequential", "concurrent"} else None
     for key in ("segcat_sequential", "delta_sequential", "iceberg_sequential"):
         if key in runs:
             runs[key].details["growth"] = growth(runs[key], 100)
-    return {"run_id": run_id, "runs": {k: v.to_json() for k, v in runs.items()}}
+    return {
+        "run_id": run_id,
+        "warmup": warmup,
+        "codec": codec_cost,
+        "runs": {k: v.to_json() for k, v in runs.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         "results_file": shown_path,
         "environment": environment,
         "parameters": params.__dict__,
+        "warmup": measured["warmup"],
+        "codec": measured["codec"],
         "runs": measured["runs"],
     }
     results["ratios"] = report.ratios(results)

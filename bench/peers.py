@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.cpu import CpuMeter
 from bench.runs import Run, Tick, loadavg, no_tick
 
 ROWS_PER_FILE = 100
@@ -70,7 +71,7 @@ def _delta_stats(i: int) -> str:
 # --------------------------------------------------------------------------- delta-rs
 
 
-def run_delta(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
+def run_delta(workdir: Path, commits: int, *, tick: Tick = no_tick, meter: CpuMeter | None = None) -> Run:
     """``commits`` sequential one-file append transactions on a local Delta table."""
     import deltalake
     from deltalake import DeltaTable
@@ -97,6 +98,9 @@ def run_delta(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
 
     load_before = loadavg()
     latencies: list[int] = []
+    if meter is not None:
+        meter.start()
+    cpu_start = time.process_time_ns()
     first = time.perf_counter_ns()
     for action in actions[1:]:
         start = time.perf_counter_ns()
@@ -104,8 +108,11 @@ def run_delta(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
         latencies.append(time.perf_counter_ns() - start)
         tick(1)
     wall = time.perf_counter_ns() - first
+    cpu = meter.stop(commits, time.process_time_ns() - cpu_start) if meter is not None else None
     run = Run("delta-rs", "sequential", latencies, wall, load_before=load_before, load_after=loadavg())
 
+    if cpu is not None:
+        run.details["cpu"] = cpu
     check = DeltaTable(str(root))
     live = len(check.file_uris())
     if live != commits + 1:
@@ -124,7 +131,7 @@ def run_delta(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
 # --------------------------------------------------------------------------- pyiceberg
 
 
-def run_iceberg(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
+def run_iceberg(workdir: Path, commits: int, *, tick: Tick = no_tick, meter: CpuMeter | None = None) -> Run:
     """``commits`` sequential ``add_files`` commits on a pyiceberg table in a sqlite catalog."""
     import pyiceberg
     from pyiceberg.catalog.sql import SqlCatalog
@@ -144,6 +151,9 @@ def run_iceberg(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
 
     load_before = loadavg()
     latencies: list[int] = []
+    if meter is not None:
+        meter.start()
+    cpu_start = time.process_time_ns()
     first = time.perf_counter_ns()
     for path in files[1:]:
         start = time.perf_counter_ns()
@@ -151,8 +161,11 @@ def run_iceberg(workdir: Path, commits: int, *, tick: Tick = no_tick) -> Run:
         latencies.append(time.perf_counter_ns() - start)
         tick(1)
     wall = time.perf_counter_ns() - first
+    cpu = meter.stop(commits, time.process_time_ns() - cpu_start) if meter is not None else None
     run = Run("pyiceberg", "sequential", latencies, wall, load_before=load_before, load_after=loadavg())
 
+    if cpu is not None:
+        run.details["cpu"] = cpu
     check = catalog.load_table("bench.commits")
     live = len(check.inspect.files())
     if live != commits + 1:

@@ -14,9 +14,11 @@ internals change, it switches itself off and the breakdown is simply missing.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import queue
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from ctypes import Array, c_int
@@ -25,10 +27,15 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
+from confluent_kafka import KafkaError, Producer
+
+from bench.cpu import CpuMeter
 from bench.runs import Run, Tick, loadavg, no_tick
 from bench.stats import NS_PER_MS, Summary, median_ms
+from catalog import codec
+from catalog.clients import producer_config
 from catalog.config import Config
-from catalog.model import ColumnStats, ColumnType, Segment
+from catalog.model import ColumnStats, ColumnType, Commit, Operation, Segment
 from catalog.names import table_name
 from catalog.table import Catalog
 from catalog.topics import TopicAdmin
@@ -162,6 +169,7 @@ def run_sequential(
     tick: Tick = no_tick,
     windows: int | None = None,
     cold_start: bool = False,
+    meter: CpuMeter | None = None,
 ) -> Run:
     """One long-lived writer doing ``commits`` sequential one-segment appends on a fresh table.
 
@@ -177,6 +185,9 @@ def run_sequential(
         probe = PhaseProbe.attach(writer)
         writer.append([make_segment("warmup", 0)])
         probe.reset()
+        if meter is not None:
+            meter.start()
+        cpu_start = time.process_time_ns()
         first = time.perf_counter_ns()
         for segment in segments:
             start = time.perf_counter_ns()
@@ -185,8 +196,12 @@ def run_sequential(
             probe.mark()
             tick(1)
         wall = time.perf_counter_ns() - first
+        writer_cpu = time.process_time_ns() - cpu_start
+        cpu = meter.stop(commits, writer_cpu) if meter is not None else None
         live = _check_live(writer, commits + 1)
     run = Run("segcat", scenario, latencies, wall, load_before=load_before, load_after=loadavg())
+    if cpu is not None:
+        run.details["cpu"] = cpu
     run.details["live_segments_after"] = live
     run.details["breakdown"] = breakdown(latencies, [probe])
     if windows:
@@ -224,6 +239,46 @@ def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------- codec cost
+
+
+def measure_codec(count: int = 2000) -> dict[str, float]:
+    """In-process cost of encoding a one-segment commit, and of applying it (decode + judge +
+    fold into the image): the part of a writer's CPU that replaying other writers' commits adds."""
+    from catalog import rules
+    from catalog.model import LogRecord
+    from catalog.state import TableState
+
+    commits = [
+        Commit(
+            commit_id=Commit.new_id(),
+            table="bench.codec",
+            operation=Operation.APPEND,
+            base_version=-1,
+            writer_id="bench-codec",
+            timestamp_ms=int(time.time() * 1000),
+            adds=(make_segment("codec", i),),
+        )
+        for i in range(count)
+    ]
+    start = time.perf_counter_ns()
+    values = [codec.encode_commit(c) for c in commits]
+    encode_ns = (time.perf_counter_ns() - start) / count
+    records = [
+        LogRecord(i, 0, c.commit_id.encode(), v) for i, (c, v) in enumerate(zip(commits, values, strict=True))
+    ]
+    state = TableState("bench.codec")
+    start = time.perf_counter_ns()
+    for record in records:
+        rules.apply_record(state, record)
+    apply_ns = (time.perf_counter_ns() - start) / count
+    return {
+        "record_bytes": float(len(values[0])),
+        "encode_us": round(encode_ns / 1000, 2),
+        "apply_us": round(apply_ns / 1000, 2),
+    }
+
+
 # --------------------------------------------------------------------------- concurrent
 
 
@@ -233,6 +288,8 @@ class WorkerResult:
     latencies_ns: list[int] = field(default_factory=list)
     start_ns: int = 0
     end_ns: int = 0
+    cpu_ns: int = 0
+    """CPU time of the writer process (all its threads) over its timed commits."""
     probe: PhaseProbe | None = None
     error: str | None = None
 
@@ -256,6 +313,7 @@ def _writer_process(
             probe.reset()
             barrier.wait(timeout=300)
             out.start_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
+            cpu_start = time.process_time_ns()
             for i, segment in enumerate(segments):
                 start = time.perf_counter_ns()
                 writer.append([segment])
@@ -263,7 +321,65 @@ def _writer_process(
                 probe.mark()
                 progress[index] = i + 1
             out.end_ns = time.perf_counter_ns()
+            out.cpu_ns = time.process_time_ns() - cpu_start
             out.probe = probe
+    except BaseException as exc:
+        barrier.abort()
+        out.error = f"{type(exc).__name__}: {exc}"
+    results.put(out)
+
+
+def _raw_producer_process(
+    config: Config,
+    table: str,
+    index: int,
+    commits: int,
+    barrier: Barrier,
+    progress: Array[c_int],
+    results: Queue[WorkerResult],
+) -> None:
+    """The Kafka floor: the same encoded commits, produced one at a time with the writer's
+    producer settings (idempotent, acks=all, zstd) and waited for, but no catch-up and no
+    judging. What any one-record-per-commit, one-in-flight writer costs at the least."""
+    out = WorkerResult(index)
+    try:
+        name = table_name(table)
+        info = TopicAdmin(config).describe(name)
+        producer = Producer(producer_config(config, info.max_message_bytes))
+
+        def encoded(prefix: str, i: int) -> tuple[bytes, bytes]:
+            commit = Commit(
+                commit_id=Commit.new_id(),
+                table=name.qualified,
+                operation=Operation.APPEND,
+                base_version=-1,
+                writer_id=f"bench-raw-{index}",
+                timestamp_ms=int(time.time() * 1000),
+                adds=(make_segment(prefix, i),),
+            )
+            return commit.commit_id.encode(), codec.encode_commit(commit)
+
+        def send(key: bytes, value: bytes) -> None:
+            done: list[KafkaError | None] = []
+            producer.produce(name.topic, value=value, key=key, on_delivery=lambda err, _: done.append(err))
+            while not done:
+                producer.poll(0.05)
+            if done[0] is not None:
+                raise RuntimeError(f"delivery failed: {done[0]}")
+
+        records = [encoded(f"raw{index}", i) for i in range(commits)]
+        send(*encoded(f"rawwarmup{index}", 0))
+        barrier.wait(timeout=300)
+        out.start_ns = time.perf_counter_ns()
+        cpu_start = time.process_time_ns()
+        for i, (key, value) in enumerate(records):
+            start = time.perf_counter_ns()
+            send(key, value)
+            out.latencies_ns.append(time.perf_counter_ns() - start)
+            progress[index] = i + 1
+        out.end_ns = time.perf_counter_ns()
+        out.cpu_ns = time.process_time_ns() - cpu_start
+        producer.flush(10)
     except BaseException as exc:
         barrier.abort()
         out.error = f"{type(exc).__name__}: {exc}"
@@ -278,16 +394,22 @@ def run_concurrent(
     *,
     tick: Tick = no_tick,
     timeout_s: float = 1800.0,
+    meter: CpuMeter | None = None,
+    raw: bool = False,
 ) -> Run:
-    """``writers`` spawned processes appending to one table at once, started by a barrier."""
+    """``writers`` spawned processes appending to one table at once, started by a barrier.
+
+    The parent joins the barrier too, so it can start the CPU meter as the writers start.
+    ``raw``: bare producers instead of ``TableWriter`` (see ``_raw_producer_process``).
+    """
     create_table(config, table)
     ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(writers)
+    barrier = ctx.Barrier(writers + 1)
     progress = ctx.RawArray(c_int, writers)
     results: Queue[WorkerResult] = ctx.Queue()
     procs = [
         ctx.Process(
-            target=_writer_process,
+            target=_raw_producer_process if raw else _writer_process,
             args=(config, table, i, commits_per_writer, barrier, progress, results),
             name=f"bench-writer-{i}",
         )
@@ -299,7 +421,14 @@ def run_concurrent(
     collected: list[WorkerResult] = []
     reported = 0
     deadline = time.monotonic() + timeout_s
+    total = writers * commits_per_writer
+    cpu: dict[str, Any] | None = None
     try:
+        # a writer that fails before starting breaks the barrier; its error comes through the queue
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=300)
+        if meter is not None:
+            meter.start()
         while len(collected) < writers:
             try:
                 collected.append(results.get(timeout=0.1))
@@ -312,6 +441,8 @@ def run_concurrent(
             if done > reported:
                 tick(done - reported)
                 reported = done
+            if done == total and meter is not None and cpu is None:
+                cpu = meter.stop(total)
     finally:
         for proc in procs:
             proc.join(timeout=30)
@@ -325,8 +456,8 @@ def run_concurrent(
     latencies = [ns for r in collected for ns in r.latencies_ns]
     wall = max(r.end_ns for r in collected) - min(r.start_ns for r in collected)
     run = Run(
-        "segcat",
-        "concurrent",
+        "kafka" if raw else "segcat",
+        "raw-produce" if raw else "concurrent",
         latencies,
         wall,
         writers=writers,
@@ -339,6 +470,10 @@ def run_concurrent(
         round(len(r.latencies_ns) / ((r.end_ns - r.start_ns) / 1e9), 1) for r in collected
     ]
     run.details["breakdown"] = breakdown(latencies, [r.probe for r in collected if r.probe is not None])
-    with TableWriter(config, table, writer_id="bench-check") as checker:
-        run.details["live_segments_after"] = _check_live(checker, writers * (commits_per_writer + 1))
+    if cpu is not None:
+        cpu["writer_cpu_ms_per_commit"] = round(sum(r.cpu_ns for r in collected) / 1e6 / total, 3)
+        run.details["cpu"] = cpu
+    if not raw:
+        with TableWriter(config, table, writer_id="bench-check") as checker:
+            run.details["live_segments_after"] = _check_live(checker, writers * (commits_per_writer + 1))
     return run
