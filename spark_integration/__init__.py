@@ -1,1 +1,30 @@
-"""Spark integration (write, read, the `segcat` streaming source): not built yet, see issue 4."""
+"""Spark integration: write and compact segments, read a version, follow versions as a stream.
+
+- ``write(df, table, mode=..., partition_by=...)`` / ``stage_write``: executors write Parquet
+  segments and describe them from the footers; the driver publishes one commit.
+- ``compact(spark, table, where=..., target_file_rows=...)`` / ``stage_compaction``: one
+  COMPACT that drops exactly what it read.
+- ``read(spark, table, version=..., as_of=..., where=...)``: the live, pruned files of a
+  version with soft deletes applied.
+- ``format("segcat")``: the Python data source (``spark_integration.datasource``), registered
+  by ``register(spark)`` or ``local_session()``.
+"""
+
+from spark_integration.options import config_from_options, source_options
+from spark_integration.reader import read, read_snapshot
+from spark_integration.session import local_session, register
+from spark_integration.writer import StagedWrite, compact, stage_compaction, stage_write, write
+
+__all__ = [
+    "StagedWrite",
+    "compact",
+    "config_from_options",
+    "local_session",
+    "read",
+    "read_snapshot",
+    "register",
+    "source_options",
+    "stage_compaction",
+    "stage_write",
+    "write",
+]

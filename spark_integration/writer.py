@@ -1,0 +1,391 @@
+"""``write`` and ``compact``: Spark writes the files, the driver publishes ONE commit.
+
+Both run in two steps, also offered separately (``stage_write`` / ``stage_compaction``):
+
+1. *stage*: read the table's state (the commit's ``base_version``), run the Spark job that
+   writes the segment files on the executors, and plan the commit;
+2. *commit*: publish it with a ``TableWriter``; the log's rules decide.
+
+The base version is taken *before* the Spark job starts, so anything committed while the
+job runs counts as concurrent: a SERIALIZABLE replace sees a concurrent append into its
+partitions (rule 5), a compaction sees a concurrent compaction of its inputs (rule 3) or a
+concurrent soft delete (rule 3b). A rejected commit raises the typed ``CommitConflict``;
+its files stay unreferenced until vacuum removes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from catalog.config import Config
+from catalog.expressions import Predicate
+from catalog.jsonio import segment_from_json
+from catalog.model import Commit, Isolation, Operation, Segment
+from catalog.names import TableName
+from catalog.snapshot import Snapshot
+from catalog.state import LiveSegment, TableState
+from catalog.table import Table, table_root
+from producers import TableWriter
+from spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
+from spark_integration.reader import ScanFile, TableRef, scan, table_ref
+
+Mode = Literal["append", "replace"]
+
+DEFAULT_TARGET_FILE_ROWS = 1_000_000
+GROUPS_PER_JOB = 64
+"""Compaction groups per Spark job: each group is one scan in a union, so plans stay small."""
+
+
+@dataclass
+class StagedWrite:
+    """Files written and a commit planned against ``base_version``; nothing published yet.
+
+    Use as a context manager (it holds a ``TableWriter``) and call ``commit()``.
+    """
+
+    writer: TableWriter
+    planned: Commit | None
+    """None: nothing to publish (an empty append, a compaction with nothing to merge)."""
+    base_version: int
+    base_accepted_version: int
+
+    @property
+    def adds(self) -> tuple[Segment, ...]:
+        return () if self.planned is None else self.planned.adds
+
+    @property
+    def drops(self) -> tuple[str, ...]:
+        return () if self.planned is None else self.planned.drops
+
+    def commit(self) -> int:
+        """Publish the planned commit; its version, or ``CommitConflict`` if the log rejects it.
+
+        With nothing to publish this returns the last accepted version the job read.
+        """
+        if self.planned is None:
+            return self.base_accepted_version
+        return self.writer.commit(self.planned)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def __enter__(self) -> StagedWrite:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _config(table: TableRef, config: Config | None) -> Config:
+    if config is not None:
+        return config
+    return table.config if isinstance(table, Table) else Config.load()
+
+
+def _columns(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _job_properties(spark: SparkSession, kind: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+    sc = spark.sparkContext
+    return {
+        "engine": f"spark-{spark.version}",
+        "spark.app.id": sc.applicationId,
+        "spark.app.name": sc.appName or "",
+        "segcat.spark.job": kind,
+        **dict(extra or {}),
+    }
+
+
+def _open_writer(config: Config, name: TableName, spark: SparkSession) -> TableWriter:
+    writer_id = f"spark-{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+    return TableWriter(config, name, writer_id=writer_id)
+
+
+def _run(frame: DataFrame, spec: FileSpec) -> list[Segment]:
+    """Run the write job; collect only the per-file descriptions."""
+    rows = frame.mapInArrow(functools.partial(write_files, spec=spec), OUTPUT_SCHEMA).collect()
+    return [segment_from_json(json.loads(row["segment"])) for row in rows]
+
+
+# ---------------------------------------------------------------------------- write
+
+
+def write(
+    df: DataFrame,
+    table: TableRef,
+    mode: Mode = "append",
+    partition_by: str | Sequence[str] | None = None,
+    replace_scope: Iterable[str] | None = None,
+    isolation: Isolation = Isolation.SNAPSHOT,
+    bloom_column: str | None = None,
+    config: Config | None = None,
+    *,
+    max_rows_per_file: int | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> int:
+    """Write ``df`` as new segments and publish one APPEND or REPLACE; return its version.
+
+    ``mode="replace"`` replaces the partitions present in ``df`` (or ``replace_scope``; the
+    whole table when neither partitions nor a scope are given). With SNAPSHOT isolation
+    (default) appends committed meanwhile survive the replace; with SERIALIZABLE they make
+    it fail with ``CommitConflict`` (rule 5).
+    """
+    with stage_write(
+        df,
+        table,
+        mode,
+        partition_by=partition_by,
+        replace_scope=replace_scope,
+        isolation=isolation,
+        bloom_column=bloom_column,
+        config=config,
+        max_rows_per_file=max_rows_per_file,
+        properties=properties,
+    ) as staged:
+        return staged.commit()
+
+
+def stage_write(
+    df: DataFrame,
+    table: TableRef,
+    mode: Mode = "append",
+    partition_by: str | Sequence[str] | None = None,
+    replace_scope: Iterable[str] | None = None,
+    isolation: Isolation = Isolation.SNAPSHOT,
+    bloom_column: str | None = None,
+    config: Config | None = None,
+    *,
+    max_rows_per_file: int | None = None,
+    properties: Mapping[str, str] | None = None,
+) -> StagedWrite:
+    """``write`` up to, not including, publishing the commit."""
+    if mode not in ("append", "replace"):
+        raise ValueError(f"mode must be 'append' or 'replace', not {mode!r}")
+    if mode == "append" and (replace_scope is not None or isolation is not Isolation.SNAPSHOT):
+        raise ValueError("replace_scope and isolation only apply to mode='replace'")
+    keys = _columns(partition_by)
+    for column in (*keys, *_columns(bloom_column)):
+        if column not in df.columns:
+            raise ValueError(f"column {column!r} is not in the DataFrame ({', '.join(df.columns)})")
+    if max_rows_per_file is not None and max_rows_per_file < 1:
+        raise ValueError("max_rows_per_file must be ≥ 1")
+    cfg = _config(table, config)
+    name = table_ref(table)
+    spark = df.sparkSession
+    writer = _open_writer(cfg, name, spark)
+    try:
+        state = writer.refresh().copy()  # what the job reads: the commit's base, frozen
+        base = state.version
+        spec = FileSpec(
+            root=table_root(cfg, name),
+            s3_endpoint=cfg.s3_endpoint,
+            s3_region=cfg.s3_region,
+            key_columns=keys,
+            bloom_column=bloom_column,
+            max_rows_per_file=max_rows_per_file,
+            schema_json=df.schema.json(),
+        )
+        adds = _run(df.repartition(*keys) if keys else df, spec)
+        props = _job_properties(spark, f"write-{mode}", properties)
+        if mode == "append":
+            planned = (
+                writer.new_commit(Operation.APPEND, adds=adds, properties=props, base_version=base)
+                if adds
+                else None
+            )
+        else:
+            planned = _plan_replace(writer, state, adds, keys, replace_scope, isolation, props)
+        return StagedWrite(writer, planned, base, state.last_accepted_version)
+    except BaseException:
+        writer.close()
+        raise
+
+
+def _plan_replace(
+    writer: TableWriter,
+    state: TableState,
+    adds: list[Segment],
+    keys: tuple[str, ...],
+    replace_scope: Iterable[str] | None,
+    isolation: Isolation,
+    properties: dict[str, str],
+) -> Commit | None:
+    """Drop what the job read in the scope (at base), add what it wrote."""
+    if replace_scope is not None:
+        scope = tuple(dict.fromkeys(replace_scope))
+        if not scope:
+            raise ValueError("replace_scope is empty; pass None to replace the whole table")
+    elif keys:
+        scope = tuple(sorted({s.partition for s in adds if s.partition is not None}))
+        if not scope:
+            return None  # nothing in df, no scope given: nothing to replace
+    else:
+        scope = ()  # the whole table
+    outside = sorted({str(s.partition) for s in adds if scope and s.partition not in scope})
+    if outside:
+        raise ValueError(f"df holds partitions outside replace_scope: {', '.join(outside[:5])}")
+    wanted = set(scope)
+    drops = sorted(
+        sid for sid, live in state.segments.items() if not scope or live.segment.partition in wanted
+    )
+    if not adds and not drops:
+        return None
+    return writer.new_commit(
+        Operation.REPLACE,
+        adds=adds,
+        drops=drops,
+        replace_scope=scope,
+        isolation=isolation,
+        properties={**properties, "segcat.replace.partitions": str(len(scope))},
+        base_version=state.version,
+    )
+
+
+# ---------------------------------------------------------------------------- compaction
+
+
+def compact(
+    spark: SparkSession,
+    table: TableRef,
+    where: Predicate | None = None,
+    target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
+    config: Config | None = None,
+    *,
+    properties: Mapping[str, str] | None = None,
+) -> int:
+    """Merge small segments (those pruned in by ``where``) into fewer, larger ones: ONE COMPACT.
+
+    Only segments of the same partition are merged, each output holding up to
+    ``target_file_rows`` rows; segments already that large are left alone. The commit drops
+    exactly the segments the job read, so appends committed meanwhile never conflict; a
+    concurrent compaction of the same segments makes one of the two fail with
+    ``CommitConflict``. Tombstones are applied while rewriting (the rewritten rows are newer
+    than every tombstone, so deleted rows must not be copied). Returns the new version, or
+    the version read when there was nothing to merge.
+    """
+    with stage_compaction(
+        spark, table, where=where, target_file_rows=target_file_rows, config=config, properties=properties
+    ) as staged:
+        return staged.commit()
+
+
+def plan_groups(segments: Iterable[LiveSegment], target_file_rows: int) -> list[list[LiveSegment]]:
+    """Bins of ≥ 2 small segments of one partition, each ≤ ``target_file_rows`` rows, oldest first."""
+    by_partition: dict[str | None, list[LiveSegment]] = {}
+    for live in segments:
+        if live.segment.row_count < target_file_rows:
+            by_partition.setdefault(live.segment.partition, []).append(live)
+    groups: list[list[LiveSegment]] = []
+    for partition in sorted(by_partition, key=lambda p: (p is None, p or "")):
+        current: list[LiveSegment] = []
+        rows = 0
+        for live in sorted(by_partition[partition], key=lambda s: (s.added_version, s.segment.segment_id)):
+            if current and rows + live.segment.row_count > target_file_rows:
+                groups.append(current)
+                current, rows = [], 0
+            current.append(live)
+            rows += live.segment.row_count
+        groups.append(current)
+    return [g for g in groups if len(g) >= 2]
+
+
+def _group_directory(group: Sequence[LiveSegment]) -> str:
+    """Where the merged file goes: the inputs' common directory, if they share one under data/."""
+    parents = {live.segment.path.rsplit("/", 1)[0] for live in group if "/" in live.segment.path}
+    if len(parents) == 1 and all("://" not in live.segment.path for live in group):
+        (parent,) = parents
+        if parent == "data" or parent.startswith("data/"):
+            return parent
+    return "data/_compacted"
+
+
+def stage_compaction(
+    spark: SparkSession,
+    table: TableRef,
+    where: Predicate | None = None,
+    target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
+    config: Config | None = None,
+    *,
+    properties: Mapping[str, str] | None = None,
+) -> StagedWrite:
+    """``compact`` up to, not including, publishing the commit."""
+    if target_file_rows < 2:
+        raise ValueError("target_file_rows must be ≥ 2")
+    if where is not None and not isinstance(where, Predicate):
+        raise TypeError("compact(where=...) takes a catalog.expressions predicate (it selects segments)")
+    cfg = _config(table, config)
+    name = table_ref(table)
+    root = table_root(cfg, name)
+    writer = _open_writer(cfg, name, spark)
+    try:
+        state = writer.refresh().copy()
+        snapshot = Snapshot(state, root)
+        if where is not None:
+            snapshot = snapshot.prune(where)
+        chosen = snapshot.segment_ids()
+        groups = plan_groups((state.segments[sid] for sid in chosen), target_file_rows)
+        if not groups:
+            return StagedWrite(writer, None, state.version, state.last_accepted_version)
+        adds: list[Segment] = []
+        for start in range(0, len(groups), GROUPS_PER_JOB):
+            adds.extend(_rewrite(spark, snapshot, groups[start : start + GROUPS_PER_JOB], start, cfg, root))
+        drops = [live.segment.segment_id for group in groups for live in group]
+        props = _job_properties(spark, "compact", properties)
+        props["segcat.compact.groups"] = str(len(groups))
+        planned = writer.new_commit(
+            Operation.COMPACT, adds=adds, drops=drops, properties=props, base_version=state.version
+        )
+        return StagedWrite(writer, planned, state.version, state.last_accepted_version)
+    except BaseException:
+        writer.close()
+        raise
+
+
+def _rewrite(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    groups: Sequence[Sequence[LiveSegment]],
+    first_id: int,
+    config: Config,
+    root: str,
+) -> list[Segment]:
+    """One Spark job: read each group (tombstones applied), one output file per group."""
+    frames: list[DataFrame] = []
+    placement: dict[int, tuple[str | None, str]] = {}
+    for offset, group in enumerate(groups):
+        gid = first_id + offset
+        files = [
+            ScanFile(snapshot.resolve(live.segment.path), live.added_version, live.segment.schema)
+            for live in group
+        ]
+        frame = scan(spark, files, snapshot.tombstones)
+        assert frame is not None
+        frames.append(frame.withColumn(GROUP_COLUMN, F.lit(gid)))
+        placement[gid] = (group[0].segment.partition, _group_directory(group))
+    union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    blooms = {live.segment.bloom.column if live.segment.bloom else None for g in groups for live in g}
+    spec = FileSpec(
+        root=root,
+        s3_endpoint=config.s3_endpoint,
+        s3_region=config.s3_region,
+        key_columns=(GROUP_COLUMN,),
+        hidden_columns=(GROUP_COLUMN,),
+        groups=placement,
+        bloom_column=blooms.pop() if len(blooms) == 1 else None,
+        schema_json=union.drop(GROUP_COLUMN).schema.json(),
+    )
+    return _run(union.repartition(len(groups), GROUP_COLUMN), spec)
