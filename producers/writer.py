@@ -31,9 +31,11 @@ from catalog.errors import (
 )
 from catalog.model import Commit, Isolation, Operation, Segment, Tombstone
 from catalog.names import TableName, table_name
+from catalog.objectstore import ObjectStore
 from catalog.replay import Applied, Listener
 from catalog.rules import Outcome, Verdict
 from catalog.state import TableState
+from catalog.table_files import TableFiles
 from catalog.tailer import LogTailer
 from catalog.topics import TopicAdmin
 
@@ -43,6 +45,16 @@ RECORD_OVERHEAD = 512
 """Bytes reserved for the record/batch headers when checking a commit against the limit."""
 
 Planner = Callable[[TableState], Commit | None]
+
+
+def _starting_state(config: Config, name: TableName) -> TableState | None:
+    """The newest valid key frame's image, or None (replay from offset 0) if there is none."""
+    try:
+        frame = TableFiles(ObjectStore.from_config(config), name).newest_valid_keyframe()
+    except (OSError, ValueError) as exc:
+        log.warning("object storage unavailable; replaying from offset 0", extra={"error": str(exc)})
+        return None
+    return None if frame is None else frame.state()
 
 
 def default_writer_id() -> str:
@@ -59,8 +71,13 @@ class TableWriter:
         *,
         writer_id: str | None = None,
         on_applied: Listener | None = None,
+        from_keyframe: bool = True,
     ) -> None:
-        """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies."""
+        """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies.
+
+        The image starts from the newest valid key frame on object storage when there is one
+        (``from_keyframe``), so opening a writer on a long log does not replay it from offset 0.
+        """
         self.name = table_name(table)
         self._on_applied = on_applied
         self.config = config
@@ -68,7 +85,9 @@ class TableWriter:
         info = TopicAdmin(config).describe(self.name)
         self.max_message_bytes = info.max_message_bytes
         self._producer = Producer(producer_config(config, info.max_message_bytes))
-        self._tailer = LogTailer(config, self.name)
+        self._tailer = LogTailer(
+            config, self.name, _starting_state(config, self.name) if from_keyframe else None
+        )
         self._verdicts: dict[str, Verdict] = {}
         self._pending: set[str] = set()
         self._lock = threading.Lock()

@@ -8,13 +8,15 @@ import time
 
 import pytest
 
-from catalog import codec
+from catalog import codec, keyframe
 from catalog.config import Config
 from catalog.errors import CommitConflict, CommitTooLarge, InvalidCommit, MalformedCommit
 from catalog.logreader import LogReader
 from catalog.model import Commit, Isolation, Operation
+from catalog.objectstore import ObjectStore
 from catalog.rules import Outcome, Rule
 from catalog.table import Catalog, Table
+from catalog.table_files import TableFiles
 from producers import TableWriter
 from tests.factories import produce_raw, segment
 
@@ -200,3 +202,22 @@ def test_time_travel_by_broker_timestamp(config: Config, table: Table) -> None:
     assert table.snapshot(as_of_ms=ts_after_v1).version == v1
     assert table.snapshot(as_of_ms=ts_after_v1 - 10_000).version == -1
     assert table.snapshot(as_of_ms=int(time.time() * 1000) + 1000).live_count == 2
+
+
+def test_a_new_writer_starts_from_the_newest_key_frame(config: Config, table: Table) -> None:
+    with TableWriter(config, table.name) as writer:
+        for i in range(12):
+            writer.append([segment(f"k{i}")])
+    state = table.state()
+    files = TableFiles(ObjectStore.from_config(config), table.name)
+    files.write_keyframe(keyframe.build(state), state.version)
+    with TableWriter(config, table.name) as writer:
+        produce_raw(config, table.name.topic, [(b"junk", b"not a commit")])
+        assert writer.state.version == state.version  # loaded, not replayed
+        assert writer.state == state
+        version = writer.compact(["k0", "k1"], [segment("k01")])
+        assert writer.state == table.state()  # then it judges exactly as a full replay does
+        assert version == table.snapshot(sources=("kafka",)).version
+    with TableWriter(config, table.name, from_keyframe=False) as cold:
+        assert cold.state.version == -1
+        assert cold.refresh() == table.state()
