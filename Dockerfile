@@ -1,5 +1,5 @@
 # Image for the long-running segcat services (materializer, dashboard) in docker-compose.yml.
-# Java is needed by PySpark (the materializer writes snapshots through Spark).
+# Java is there for PySpark jobs (spark_integration) run from the same image.
 FROM python:3.11-slim
 
 # openjdk's postinst links a man page; slim images drop /usr/share/man, so recreate it.
@@ -17,6 +17,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 # Only what the package needs: keeps .venv/.segcat (jars, broker data) out of the image.
 COPY pyproject.toml README.md ./
+# catalog/_schemas is a symlink to ../schemas: the Avro schemas ship inside the package
+COPY schemas ./schemas
 COPY catalog ./catalog
 COPY producers ./producers
 COPY materializer ./materializer

@@ -61,6 +61,8 @@ class Config:
     keyframe_every_bytes: int = 8 * 1024 * 1024
     """D: ... or when the deltas since the last key frame reach this many bytes."""
     metrics_port: int = 9464
+    metrics_addr: str = "127.0.0.1"
+    """Where /metrics listens (0.0.0.0 inside a container)."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> Config:
@@ -126,6 +128,7 @@ class Config:
                 env, "SEGCAT_KEYFRAME_EVERY_BYTES", data.get("keyframe_every_bytes", 8 * 1024 * 1024)
             ),
             metrics_port=_int(env, "SEGCAT_METRICS_PORT", data.get("metrics_port", 9464)),
+            metrics_addr=str(env.get("SEGCAT_METRICS_ADDR") or data.get("metrics_addr", "127.0.0.1")),
         )
 
     def with_services(self, bootstrap_servers: str, redis_url: str) -> Config:

@@ -58,7 +58,7 @@ REDIS_ERRORS = Counter(
 )
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on ``port`` (0 = don't serve)."""
+def serve(port: int, addr: str = "127.0.0.1") -> None:
+    """Expose /metrics on ``addr:port`` (port 0 = don't serve)."""
     if port:
-        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
+        start_http_server(port, addr=addr, registry=REGISTRY)

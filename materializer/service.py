@@ -92,7 +92,7 @@ class Materializer:
     # ------------------------------------------------------------------ loop
 
     def run(self, *, ready: Callable[[], None] | None = None) -> None:
-        metrics.serve(self.config.metrics_port)
+        metrics.serve(self.config.metrics_port, self.config.metrics_addr)
         conf = consumer_config(self.config, group_id=self.group_id)
         conf.update(
             {
