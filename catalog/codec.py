@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -254,8 +253,3 @@ def stat_from_avro(kind: ColumnType, value: StatValue) -> StatValue:
     if kind is ColumnType.TIMESTAMP and isinstance(value, int):
         return _EPOCH + dt.timedelta(microseconds=value)
     return value
-
-
-def iter_known_schema_files() -> Iterator[Path]:
-    yield SCHEMA_DIR / "segcat.Commit.avsc"
-    yield from sorted((SCHEMA_DIR / "history").glob("segcat.Commit.v*.avsc"))

@@ -114,11 +114,3 @@ def kafka_tail(
     end = None if bound is None else bound + 1
     replay(reader.read(state.version + 1, end), state, upto=bound, listener=collect)
     return accepted, state.version
-
-
-def judged_records(reader: LogReader, start: keyframe.KeyFrame | None, table: str) -> list[Applied]:
-    """Every record after ``start`` with its verdict (for history and logs)."""
-    state = keyframe.light_state(start) if start is not None else TableState(table)
-    out: list[Applied] = []
-    replay(reader.read(state.version + 1), state, listener=lambda applied, _: out.append(applied))
-    return out
