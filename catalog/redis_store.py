@@ -530,6 +530,22 @@ class RedisStore:
     ) -> tuple[bool, bool, bool]:
         """One call of the record script: returns (head moved, delta added, verdict stored)."""
         name = table_name(table)
+        keys, args = self._record_call(name, head, delta=delta, event=event, verdict=verdict)
+        what = f"offset {head.offset}" if head is not None else "a verdict"
+        with self._guard(f"record {what} of {name}"):
+            moved, added, stored = self._record(keys=keys, args=args)
+        return bool(moved), bool(added), bool(stored)
+
+    def _record_call(
+        self,
+        name: TableName,
+        head: Head | None,
+        *,
+        delta: tuple[int, bytes] | None = None,
+        event: VersionEvent | None = None,
+        verdict: _PackedVerdict | None = None,
+    ) -> tuple[list[str], list[str | int | bytes]]:
+        """The keys and arguments of one record-script call."""
         verdict_key = self.verdict_key(name, verdict[0]) if verdict is not None else _key(name, "verdict:-")
         keys = [self.head_key(name), self.deltas_key(name), verdict_key]
         args: list[str | int | bytes]
@@ -570,10 +586,11 @@ class RedisStore:
             _, offset, outcome, rule, conflicting, original, detail = verdict
             ttl_ms = max(int(self.verdict_ttl_s * 1000), 1)
             args += ["1", offset, outcome, _opt(rule), _opt(conflicting), _opt(original), detail, ttl_ms]
-        what = f"offset {head.offset}" if head is not None else "a verdict"
-        with self._guard(f"record {what} of {name}"):
-            moved, added, stored = self._record(keys=keys, args=args)
-        return bool(moved), bool(added), bool(stored)
+        return keys, args
+
+    def batch(self) -> RecordBatch:
+        """Queue record-script calls and send them in one round trip (a materializer catching up)."""
+        return RecordBatch(self)
 
     def advance_head(self, table: TableRef, head: Head) -> bool:
         """Store ``head`` only if its offset is beyond the stored one; whether it moved.
@@ -776,3 +793,50 @@ class RedisStore:
             verdicts = list(self.client.scan_iter(match=_key(name, "verdict:*"), count=1000))
             self.client.delete(self.head_key(name), self.deltas_key(name), self.keyframe_key(name), *verdicts)
             self.client.srem(TABLES_KEY, name.qualified)
+
+
+class RecordBatch:
+    """``publish_commit`` / ``record_outcome`` calls queued and sent as one pipeline.
+
+    Each call is still its own atomic script run, in order; only the round trips are shared,
+    so catching up over thousands of records costs a few round trips, not one per record.
+    """
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._calls: list[tuple[list[str], list[str | int | bytes]]] = []
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def publish_commit(
+        self,
+        table: TableRef,
+        head: Head,
+        *,
+        prev_version: int,
+        value: bytes,
+        event: VersionEvent | None,
+        verdict: VerdictLike | None = None,
+    ) -> None:
+        if prev_version >= head.version:
+            raise ValueError(f"prev_version {prev_version} must be below version {head.version}")
+        packed = _pack_verdict(verdict)
+        call = self._store._record_call(
+            table_name(table), head, delta=(prev_version, value), event=event, verdict=packed
+        )
+        self._calls.append(call)
+
+    def record_outcome(self, table: TableRef, head: Head, verdict: VerdictLike | None) -> None:
+        self._calls.append(self._store._record_call(table_name(table), head, verdict=_pack_verdict(verdict)))
+
+    def flush(self) -> None:
+        """Send everything queued (ServiceUnavailable if Redis is gone; the queue is dropped)."""
+        if not self._calls:
+            return
+        calls, self._calls = self._calls, []
+        with self._store._guard(f"flush {len(calls)} records"):
+            pipe = self._store.client.pipeline(transaction=False)
+            for keys, args in calls:
+                self._store._record(keys=keys, args=args, client=pipe)
+            pipe.execute()

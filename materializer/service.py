@@ -127,6 +127,7 @@ class Materializer:
         first = consumer.poll(0.2)
         if first is None:
             return
+        touched: set[TableMaterializer] = set()
         for msg in [first, *consumer.consume(num_messages=1_000, timeout=0)]:
             err = msg.error()
             if err is not None:
@@ -140,7 +141,10 @@ class Materializer:
             _, ts = msg.timestamp()
             caught_up = offset >= self._catching_up.get(topic or "", -1)
             table.apply(LogRecord(offset, int(ts), msg.key(), msg.value()), notify=caught_up)
+            touched.add(table)
             consumer.store_offsets(msg)
+        for table in touched:  # one Redis round trip per table per batch
+            table.flush()
 
     def _tick(self, consumer: Consumer) -> None:
         for topic, table in list(self.tables.items()):

@@ -19,7 +19,7 @@ from catalog.errors import CorruptKeyFrame, ServiceUnavailable
 from catalog.frame_view import FrameView
 from catalog.model import Commit, LogRecord
 from catalog.names import TableName
-from catalog.redis_store import Head, RedisStore, VersionEvent
+from catalog.redis_store import Head, RecordBatch, RedisStore, VersionEvent
 from catalog.rules import Outcome, Verdict
 from catalog.state import TableState
 from catalog.table_files import TableFiles
@@ -51,6 +51,7 @@ class TableMaterializer:
         self._pending_since = 0.0
         self._keyframe_version = -1
         self._redis_dirty = True
+        self._batch: RecordBatch | None = None
         self._repair: list[int] = []
         self._label = name.qualified
 
@@ -123,13 +124,13 @@ class TableMaterializer:
                 rows_delta=self.state.live_rows - prev_rows,
                 bytes_delta=self.state.live_bytes - prev_bytes,
             )
-            self._publish(verdict, prev_version, record.value, event if notify else None)
+            self._publish(verdict, prev_version, record.value, event if notify else None, decoded=True)
             metrics.HEAD.labels(self._label).set(self.state.last_accepted_version)
             metrics.LIVE_SEGMENTS.labels(self._label).set(self.state.live_count)
             if self.keyframe_due():
                 self.write_keyframe()
         else:
-            self._publish(verdict, None, None, None)
+            self._publish(verdict, None, None, None, decoded=commit is not None)
         return verdict
 
     def _head(self) -> Head:
@@ -146,31 +147,47 @@ class TableMaterializer:
         )
 
     def _publish(
-        self, verdict: Verdict, prev_version: int | None, value: bytes | None, event: VersionEvent | None
+        self,
+        verdict: Verdict,
+        prev_version: int | None,
+        value: bytes | None,
+        event: VersionEvent | None,
+        *,
+        decoded: bool,
     ) -> None:
+        """Queue this record's Redis writes; ``flush`` sends the queue in one round trip."""
         if self.redis is None:
             return
         if self._redis_dirty and not self.resync_redis():
             return
+        if self._batch is None:
+            self._batch = self.redis.batch()
+        if value is not None and prev_version is not None:
+            self._batch.publish_commit(
+                self.name.qualified,
+                self._head(),
+                prev_version=prev_version,
+                value=value,
+                event=event,
+                verdict=verdict,
+            )
+        else:
+            # garbage that never decoded has no commit id worth answering for
+            keep = decoded and verdict.commit_id is not None and verdict.outcome is not Outcome.PRUNED
+            self._batch.record_outcome(self.name.qualified, self._head(), verdict if keep else None)
+
+    def flush(self) -> None:
+        """Send the queued Redis writes (called after every poll batch and before key frames)."""
+        if self._batch is None or not len(self._batch):
+            return
         started = time.perf_counter()
+        count = len(self._batch)
         try:
-            if value is not None and prev_version is not None:
-                self.redis.publish_commit(
-                    self.name.qualified,
-                    self._head(),
-                    prev_version=prev_version,
-                    value=value,
-                    event=event,
-                    verdict=verdict,
-                )
-            elif verdict.commit_id is not None and verdict.outcome is not Outcome.PRUNED:
-                self.redis.record_outcome(self.name.qualified, self._head(), verdict)
-            else:
-                self.redis.advance_head(self.name.qualified, self._head())
+            self._batch.flush()
         except ServiceUnavailable as exc:
             self._redis_failed(exc)
             return
-        metrics.REDIS_PUBLISH_SECONDS.labels(self._label).observe(time.perf_counter() - started)
+        metrics.REDIS_PUBLISH_SECONDS.labels(self._label).observe((time.perf_counter() - started) / count)
 
     def _redis_failed(self, exc: Exception) -> None:
         if not self._redis_dirty:
@@ -184,6 +201,7 @@ class TableMaterializer:
         """(Re)build this table's Redis keys from the image: key frame + head. Whether it worked."""
         if self.redis is None:
             return False
+        self._batch = None  # its writes are subsumed by the key frame and head written now
         try:
             self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
             sealed = keyframe.seal(self._frame.rows, self.state)
@@ -234,6 +252,7 @@ class TableMaterializer:
 
     def tick(self) -> None:
         """Called periodically: time-based key frames (T) even when no commit arrives."""
+        self.flush()
         if self.keyframe_due() and self.state.version == self.state.last_accepted_version:
             self.write_keyframe()
 
@@ -242,6 +261,7 @@ class TableMaterializer:
 
     def write_keyframe(self) -> None:
         """Archive the commits since the last key frame, then write the key frame and ``_latest``."""
+        self.flush()
         started = time.perf_counter()
         version = self.state.last_accepted_version
         self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
