@@ -1,0 +1,468 @@
+"""segcat's side of the read-path benchmark: build tables through the real services, read them.
+
+Tables are built as a user would: ``TableWriter`` commits (bulk commits of many segments,
+then a few one-segment commits) while a materializer restricted to that one table runs
+with a commit-count key-frame interval K chosen so the newest key frame sits right after
+the bulk. Redis then holds key frame + ``tail`` deltas, object storage the key frame
+Parquet + commit archives, Kafka the whole log, and every read path can be timed.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import inspect
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.read_common import NS_PER_MS, Sizes, bulk_plan, measure, profile
+from bench.read_processes import (
+    WatcherProcess,
+    catch_up,
+    make_segment,
+    materializer_config,
+    materializer_process,
+    write_in_processes,
+)
+from bench.stats import Summary
+from catalog import codec, keyframe
+from catalog.config import Config
+from catalog.frame_view import FrameView
+from catalog.logreader import LogReader
+from catalog.names import table_name
+from catalog.redis_store import RedisStore
+from catalog.snapshot import Snapshot
+from catalog.table import Catalog, Table
+from catalog.topics import TopicAdmin
+from producers.writer import TableWriter
+
+
+@dataclass
+class Built:
+    """A table the benchmark built, and what it expects every read to return."""
+
+    name: str
+    live: int
+    commits: int
+    head_offset: int
+    keyframe_every: int | None
+    newest_keyframe: int | None
+    build_s: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.name,
+            "live_segments": self.live,
+            "commits": self.commits,
+            "head_offset": self.head_offset,
+            "keyframe_every_commits": self.keyframe_every,
+            "newest_keyframe_version": self.newest_keyframe,
+            "build_s": round(self.build_s, 1),
+            **self.details,
+        }
+
+
+def wait_for_offset(redis: RedisStore, table: str, offset: int, timeout_s: float) -> None:
+    """Until the materialized head (in Redis) has applied ``offset``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        head = redis.head(table)
+        if head is not None and head.offset >= offset:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"materializer did not reach offset {offset} of {table} (head {head})")
+        time.sleep(0.05)
+
+
+def build_table(
+    config: Config, catalog: Catalog, table: str, plan: list[int], *, keyframe_every: int, prefix: str
+) -> Built:
+    """Create ``table`` and commit ``plan`` (segments per commit) with a materializer running."""
+    catalog.create_table(table)
+    assert catalog.redis is not None
+    started = time.perf_counter()
+    with materializer_process(materializer_config(config, keyframe_every), table):
+        (result,) = write_in_processes(config, table, [(prefix, plan)])
+        versions: list[int] = result["versions"]
+        wait_for_offset(catalog.redis, table, versions[-1], timeout_s=1800)
+    build_s = time.perf_counter() - started
+    head = catalog.redis.head(table)
+    newest = catalog.table(table).files
+    assert newest is not None
+    kf_versions = newest.keyframe_versions()
+    return Built(
+        name=table,
+        live=sum(plan),
+        commits=len(plan),
+        head_offset=versions[-1],
+        keyframe_every=keyframe_every,
+        newest_keyframe=kf_versions[-1] if kf_versions else None,
+        build_s=build_s,
+        details={
+            "writer_s": round(result["seconds"], 1),
+            "keyframes_written": len(kf_versions),
+            "redis_keyframe_version": None if head is None else head.keyframe_version,
+            "segments_per_bulk_commit": max(plan),
+        },
+    )
+
+
+def build_list_table(config: Config, catalog: Catalog, table: str, size: int, sizes: Sizes) -> Built:
+    """``size - tail`` segments in bulk commits, a key frame right after them, then ``tail`` deltas."""
+    plan = bulk_plan(size - sizes.tail_commits, sizes.per_commit[size])
+    if len(plan) <= sizes.tail_commits:
+        raise ValueError(f"size {size}: K={len(plan)} must exceed the {sizes.tail_commits} tail commits")
+    built = build_table(
+        config, catalog, table, plan + [1] * sizes.tail_commits, keyframe_every=len(plan), prefix="s"
+    )
+    built.details["bulk_commits"] = len(plan)
+    built.details["tail_commits"] = sizes.tail_commits
+    return built
+
+
+# --------------------------------------------------------------------------- open + list
+
+
+def expect(count: int, origin: str | None = None) -> Callable[[tuple[list[str], str]], None]:
+    def check(result: tuple[list[str], str]) -> None:
+        files, got = result
+        if len(files) != count:
+            raise AssertionError(f"listed {len(files)} files, expected {count}")
+        if origin is not None and got != origin:
+            raise AssertionError(f"answered from {got!r}, expected {origin!r}")
+
+    return check
+
+
+def list_files(
+    table: Table, version: int | None = None, sources: tuple[str, ...] | None = None
+) -> tuple[list[str], str]:
+    snap = table.snapshot(version) if sources is None else table.snapshot(version, sources=sources)
+    return snap.files(), snap.origin
+
+
+def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str, Any]:
+    """Every read path of one table: Redis, object store (alone, and + Kafka tail), Kafka replay."""
+    table = catalog.table(built.name)
+    out: dict[str, Any] = {"table": built.to_json()}
+    out["redis"] = measure(
+        lambda: list_files(table),
+        reps=sizes.reps,
+        fast_reps=sizes.fast_reps,
+        check=expect(built.live, "redis"),
+    ).to_json()
+    kf = built.newest_keyframe
+    assert kf is not None
+    kf_live = built.live - sizes.tail_commits  # the tail commits come after the key frame
+    store = measure(
+        lambda: list_files(table, kf, ("object-store",)),
+        reps=sizes.reps,
+        fast_reps=sizes.fast_reps,
+        check=expect(kf_live, "object-store"),
+    )
+    store.details = {
+        "version": kf,
+        "live_segments": kf_live,
+        "what": "key frame Parquet only (version = key frame)",
+    }
+    out["object_store"] = store.to_json()
+    tail = measure(
+        lambda: list_files(table, None, ("object-store", "kafka")),
+        reps=sizes.reps,
+        fast_reps=sizes.fast_reps,
+        check=expect(built.live, "kafka"),
+    )
+    tail.details = {"what": f"key frame Parquet + Kafka tail of {sizes.tail_commits} records (head)"}
+    out["object_store_kafka_tail"] = tail.to_json()
+    slow = built.live >= 100_000
+    replay = measure(
+        lambda: list_files(table, None, ("kafka",)),
+        reps=sizes.reps,
+        fast_reps=sizes.fast_reps,
+        warmup=0 if slow else 1,
+        budget_s=sizes.slow_budget_s,
+        check=expect(built.live, "kafka"),
+    )
+    replay.details = {"what": f"replay of all {built.commits} records from offset 0"}
+    out["kafka"] = replay.to_json()
+    out["open_table"] = measure(
+        lambda: catalog.table(built.name), reps=sizes.reps, fast_reps=sizes.fast_reps
+    ).to_json()
+    out["open_table"]["details"] = {"what": "Catalog.table(name): topic metadata + config check"}
+    out["redis_phases"] = redis_phases(catalog, table, sizes.reps)
+    return out
+
+
+def _from_ipc_as_the_chain_does(data: bytes) -> keyframe.KeyFrame:
+    """``keyframe.from_ipc`` as ``lookup.from_redis`` calls it (skipping the content checksum when
+    the bytes were already verified, where this version of segcat supports that)."""
+    if "verified_bytes" in inspect.signature(keyframe.from_ipc).parameters:
+        return keyframe.from_ipc(data, verified_bytes=True)  # type: ignore[call-arg, unused-ignore]
+    return keyframe.from_ipc(data)
+
+
+def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
+    """Path (a) — ``lookup.from_redis`` + ``Snapshot.files`` — redone step by step (medians, ms)."""
+    redis = catalog.redis
+    assert redis is not None
+    name = table.name.qualified
+    phases: dict[str, list[float]] = {}
+    size = deltas = 0
+    for _ in range(reps + 1):  # the first pass is a warm-up
+        gc.collect()
+        marks = [time.perf_counter_ns()]
+
+        def mark() -> None:
+            marks.append(time.perf_counter_ns())  # noqa: B023 - marks is rebound per pass on purpose
+
+        raw = redis.client.hget(redis.keyframe_key(name), "data")
+        mark()
+        loaded = redis.load(name)
+        mark()
+        assert isinstance(raw, bytes) and loaded.keyframe is not None and loaded.head is not None
+        size = len(raw)
+        hashlib.sha256(loaded.keyframe).hexdigest()
+        mark()
+        frame = _from_ipc_as_the_chain_does(loaded.keyframe)
+        mark()
+        keyframe.verify(frame.table)
+        mark()
+        commits = [(d.version, d.timestamp_ms, codec.decode_commit(d.value)) for d in loaded.deltas]
+        mark()
+        view = FrameView.from_keyframe(frame).apply(commits, offset=max(loaded.head.offset, frame.version))
+        mark()
+        listed = Snapshot(view, table.root, origin="redis").files()
+        mark()
+        assert len(listed) == view.live_count
+        deltas = len(commits)
+        steps = (
+            "redis_hget_keyframe_only",
+            "redis_load_incl_sha256",
+            "sha256_of_value",
+            "from_ipc",
+            "keyframe_checksum_not_in_chain",
+            "decode_deltas",
+            "frameview_apply_deltas",
+            "files",
+        )
+        for i, step in enumerate(steps):
+            phases.setdefault(step, []).append((marks[i + 1] - marks[i]) / NS_PER_MS)
+        del raw, loaded, frame, view, listed
+    medians = {k: round(statistics.median(v[1:]), 3) for k, v in phases.items()}
+    return {"keyframe_ipc_bytes": size, "deltas": deltas, "median_ms": medians}
+
+
+def profile_redis_read(table: Table, calls: int = 3) -> dict[str, Any]:
+    return profile(lambda: list_files(table), calls=calls)
+
+
+# --------------------------------------------------------------------------- time travel
+
+
+def measure_time_travel(
+    catalog: Catalog, built: Built, mid: int, expected: int, reps: int, fast_reps: int
+) -> dict[str, Any]:
+    table = catalog.table(built.name)
+    files = table.files
+    assert files is not None
+    at_most = [v for v in files.keyframe_versions() if v <= mid]
+    timing = measure(
+        lambda: list_files(table, mid), reps=reps, fast_reps=fast_reps, check=expect(expected, "object-store")
+    )
+    timing.details = {
+        "version": mid,
+        "live_segments": expected,
+        "keyframe_used": at_most[-1] if at_most else None,
+        "commits_from_archives": mid - at_most[-1] if at_most else mid + 1,
+        "chain": "default (redis → object-store → kafka); Redis declines (its key frame is newer)",
+    }
+    return {"segcat": timing.to_json(), "table": built.to_json()}
+
+
+# --------------------------------------------------------------------------- watch latency
+
+
+def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_s: float) -> dict[str, Any]:
+    """``commits`` one-segment appends while ``table.watch()`` runs in another process.
+
+    Latency of a version = watcher arrival (wall clock) − the record's broker timestamp
+    (LogAppendTime, ms resolution). Also kept: arrival − the writer's commit-return time
+    (negative when the notification beats the writer's own verdict) and − its send time.
+    """
+    catalog.create_table(table)
+    assert catalog.redis is not None
+    out: dict[str, Any] = {"table": table, "commits": commits, "pause_s": pause_s}
+    with materializer_process(materializer_config(config), table), TableWriter(config, table) as writer:
+        counter = 0
+
+        def one() -> tuple[int, int, int]:
+            nonlocal counter
+            counter += 1
+            sent = time.time_ns()
+            version = writer.append([make_segment("w", counter)])
+            return version, sent, time.time_ns()
+
+        warm = one()[0]
+        wait_for_offset(catalog.redis, table, warm, 60)
+        watcher = WatcherProcess(config, table)
+        try:
+            for _ in range(100):
+                one()
+                if watcher.first.wait(0.5):
+                    break
+            else:
+                raise RuntimeError("the watcher never saw a version")
+            time.sleep(0.5)
+            sends: dict[int, tuple[int, int]] = {}
+            began = time.perf_counter()
+            for _ in range(commits):
+                version, sent, returned = one()
+                sends[version] = (sent, returned)
+                if pause_s:
+                    time.sleep(pause_s)
+            wall = time.perf_counter() - began
+            watcher.stop_at(max(sends))
+            one()  # a sentinel, so the watcher sees a version beyond the last timed one
+            arrivals = watcher.result()
+        finally:
+            watcher.kill()
+    seen = {a[0]: a for a in arrivals}
+    missing = [v for v in sends if v not in seen]
+    vs_broker: list[int] = []
+    vs_return: list[int] = []
+    vs_send: list[int] = []
+    sources: dict[str, int] = {}
+    for version, (sent, returned) in sends.items():
+        got = seen.get(version)
+        if got is None:
+            continue
+        _, arrived, ts_ms, _, source = got
+        sources[source] = sources.get(source, 0) + 1
+        vs_broker.append(arrived - ts_ms * NS_PER_MS)
+        vs_return.append(arrived - returned)
+        vs_send.append(arrived - sent)
+    out.update(
+        {
+            "write_wall_s": round(wall, 2),
+            "commits_per_s": round(commits / wall, 1),
+            "received": len(vs_broker),
+            "missing": len(missing),
+            "sources": sources,
+            "arrival_minus_broker_ts": Summary.of(vs_broker).to_json(),
+            "arrival_minus_commit_return": _signed_summary(vs_return),
+            "arrival_minus_commit_send": Summary.of(vs_send).to_json(),
+            "samples_arrival_minus_broker_ts_us": [round(v / 1000) for v in vs_broker],
+        }
+    )
+    return out
+
+
+def _signed_summary(samples_ns: list[int]) -> dict[str, float]:
+    ordered = sorted(samples_ns)
+    pick = lambda q: ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]  # noqa: E731
+    return {
+        "median_ms": round(pick(0.5) / NS_PER_MS, 3),
+        "p99_ms": round(pick(0.99) / NS_PER_MS, 3),
+        "min_ms": round(ordered[0] / NS_PER_MS, 3),
+        "max_ms": round(ordered[-1] / NS_PER_MS, 3),
+        "negative_share": round(sum(1 for v in ordered if v < 0) / len(ordered), 3),
+    }
+
+
+# --------------------------------------------------------------------------- catch-up
+
+
+def build_log(config: Config, catalog: Catalog, table: str, commits: int, writers: int) -> dict[str, Any]:
+    """``commits`` one-segment appends from ``writers`` processes at once, no materializer running."""
+    catalog.create_table(table)
+    share, rest = divmod(commits, writers)
+    plans = [(f"c{w}", [1] * (share + (1 if w < rest else 0))) for w in range(writers)]
+    started = time.perf_counter()
+    results = write_in_processes(config, table, plans)
+    seconds = time.perf_counter() - started
+    with LogReader(config, table_name(table)) as reader:
+        high = reader.watermarks()[1]
+    return {
+        "table": table,
+        "records": high,
+        "writers": writers,
+        "build_s": round(seconds, 1),
+        "writer_s": [round(r["seconds"], 1) for r in results],
+    }
+
+
+def measure_catchup(
+    config: Config, catalog: Catalog, table: str, end_offset: int, workdir: Path, reps: int, profile_to: Path
+) -> dict[str, Any]:
+    """Cold starts: each a new consumer group, an empty warehouse and no Redis keys for the table."""
+    assert catalog.redis is not None
+    runs: list[dict[str, Any]] = []
+    for rep in range(reps + 1):
+        profiled = rep == reps
+        catalog.redis.forget_table(table)
+        warehouse = workdir / f"catchup-warehouse-{rep}"
+        cfg = replace(materializer_config(config), warehouse=str(warehouse))
+        result = catch_up(cfg, table, end_offset, profile_to=profile_to if profiled else None)
+        marks = result["marks"]
+        if "caught_up" not in marks:
+            raise RuntimeError(f"catch-up did not finish: {result}")
+        records = end_offset + 1
+        total = marks["caught_up"] - marks["ready"]
+        steady = marks["caught_up"] - marks["first_record"]
+        run = {
+            "profiled": profiled,
+            "seconds_from_ready": round(total, 3),
+            "seconds_from_first_record": round(steady, 3),
+            "seconds_ready_to_assigned": round(marks.get("assigned", marks["ready"]) - marks["ready"], 3),
+            "commits_per_s": round(records / total, 1),
+            "commits_per_s_after_first_record": round((end_offset - result["first_version"]) / steady, 1),
+            "process_cpu_s": round(result["process_cpu_s"], 2),
+            "keyframes": result["keyframes"],
+            "keyframe_seconds": round(result["keyframe_seconds"] or 0.0, 2),
+            "redis_publish_seconds": round(result["redis_publish_seconds"] or 0.0, 2),
+        }
+        runs.append(run)
+    timed_runs = [r for r in runs if not r["profiled"]]
+    return {
+        "table": table,
+        "records": end_offset + 1,
+        "runs": runs,
+        "median_commits_per_s": statistics.median(r["commits_per_s"] for r in timed_runs),
+        "median_commits_per_s_after_first_record": statistics.median(
+            r["commits_per_s_after_first_record"] for r in timed_runs
+        ),
+        "median_seconds": statistics.median(r["seconds_from_ready"] for r in timed_runs),
+    }
+
+
+def replay_floor(catalog: Catalog, table: str, records: int, reps: int) -> dict[str, Any]:
+    """A bare replay of the log (``Table.state()``: read + decode + rules), the materializer's floor."""
+    handle = catalog.table(table)
+
+    def replay() -> int:
+        return handle.state().version
+
+    def check(version: int) -> None:
+        if version != records - 1:
+            raise AssertionError(f"replayed to {version}, expected {records - 1}")
+
+    timing = measure(replay, reps=reps, warmup=0, check=check)
+    out = timing.to_json()
+    out["commits_per_s"] = round(records / (timing.median_ms / 1000), 1)
+    return out
+
+
+def drop_tables(config: Config, catalog: Catalog, tables: list[str]) -> None:
+    admin = TopicAdmin(config)
+    for table in tables:
+        try:
+            if catalog.redis is not None:
+                catalog.redis.forget_table(table)
+            admin.delete(table_name(table))
+        except Exception as exc:  # cleanup is best effort
+            print(f"could not drop {table}: {exc}")
