@@ -93,7 +93,7 @@ def build_delta(
 ) -> DeltaBuilt:
     import deltalake
     from deltalake import DeltaTable
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, RemoveAction
 
     configuration = {"delta.checkpointInterval": str(checkpoint_interval)} if checkpoint_interval else None
     DeltaTable.create(str(root), schema=SCHEMA, name="bench", configuration=configuration)
@@ -103,7 +103,7 @@ def build_delta(
     table = DeltaTable(str(root))
     versions = []
     for n, batch in enumerate(_chunks(files, plan), start=1):
-        actions = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(
                 path=f"data/{p.name}",
                 size=size,
@@ -193,7 +193,7 @@ def build_iceberg(catalog: Any, identifier: str, data_dir: Path, plan: list[int]
             "catalog": "SqlCatalog (sqlite), local warehouse directory",
             "commits": len(plan),
             "files": sum(plan),
-            "manifests_at_head": len(table.current_snapshot().manifests(table.io)),  # type: ignore[union-attr]
+            "manifests_at_head": len(table.current_snapshot().manifests(table.io)),
             "how": "add_files(check_duplicate_files=False) per commit: fast append, one manifest each",
         },
     )

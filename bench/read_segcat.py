@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import inspect
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -364,7 +365,11 @@ def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_
 
 def _signed_summary(samples_ns: list[int]) -> dict[str, float]:
     ordered = sorted(samples_ns)
-    pick = lambda q: ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]  # noqa: E731
+
+    def pick(q: float) -> int:
+        """Nearest-rank percentile (``q`` in 0..1)."""
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
     return {
         "median_ms": round(pick(0.5) / NS_PER_MS, 3),
         "p99_ms": round(pick(0.99) / NS_PER_MS, 3),

@@ -17,12 +17,14 @@ suggestion in docs/BENCHMARKS.md comes with a measured figure instead of a guess
 from __future__ import annotations
 
 import hashlib
+import io
 import socket
 import statistics
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -81,7 +83,7 @@ class RawGet:
             raw_key = key.encode()
             commands += b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(raw_key), raw_key)
             sock.sendall(commands)
-            reader = sock.makefile("rb", buffering=65536)
+            reader = cast(io.BufferedReader, sock.makefile("rb", buffering=65536))
             if self._db:
                 reader.readline()
             header = reader.readline()
@@ -122,14 +124,14 @@ def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int =
             redis.client.set(key, data)
             entry: dict[str, Any] = {
                 "bytes": len(data),
-                "redis_py_get_ms": _median_ms(lambda: redis.client.get(key), reps),
-                "read_ipc_ms": _median_ms(lambda d=data: _read_ipc(d), reps),
-                "sha256_ms": _median_ms(lambda d=data: hashlib.sha256(d).digest(), reps),
-                "blake2b_ms": _median_ms(lambda d=data: hashlib.blake2b(d).digest(), reps),
-                "crc32_ms": _median_ms(lambda d=data: zlib.crc32(d), reps),
+                "redis_py_get_ms": _median_ms(partial(redis.client.get, key), reps),
+                "read_ipc_ms": _median_ms(partial(_read_ipc, data), reps),
+                "sha256_ms": _median_ms(partial(hashlib.sha256, data), reps),
+                "blake2b_ms": _median_ms(partial(hashlib.blake2b, data), reps),
+                "crc32_ms": _median_ms(partial(zlib.crc32, data), reps),
             }
             if source is not None:
-                entry["encode_ms"] = _median_ms(lambda s=source, c=compression: _ipc(s, c), max(1, reps // 2))
+                entry["encode_ms"] = _median_ms(partial(_ipc, source, compression), max(1, reps // 2))
             if raw_get.available:
                 got = raw_get.get(key)
                 if bytes(got) != data:
