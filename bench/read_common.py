@@ -195,7 +195,7 @@ def summarize_profile(
     ``focus`` names functions (the part in parentheses) reported whatever their rank.
     """
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (filename, line, func), (_, ncalls, tottime, cumtime, _) in raw.items():
         if "/bench/" in filename:
             continue  # the benchmark's own lambdas and wrappers

@@ -64,6 +64,7 @@ CATCHUP_FOCUS = (
     "apply_record",
     "decode_commit",
     "publish_commit",
+    "flush",
     "write_keyframe",
     "write_archive",
     "to_parquet",
@@ -81,6 +82,7 @@ CATCHUP_FOCUS = (
     "_meta",
     "raw_decode",
     "verify",
+    "parse",
 )
 """Functions whose totals the catch-up profile always reports (by name)."""
 

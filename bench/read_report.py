@@ -521,6 +521,20 @@ def _render_watch(w: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- 4. catch-up
 
 
+SPLIT_LABELS = {
+    "keyframes_and_archives": "key frames + commit archives (`write_keyframe`)",
+    "redis_writes": "Redis writes (`_publish` + `flush`)",
+    "decode_and_rules": "decode + rules (`rules.apply_record`)",
+    "ticks": "ticks (`_tick`)",
+    "recovery": "recovery",
+    "rest": "the rest (Kafka polling, events, metrics, bookkeeping, group join)",
+}
+
+
+def _split_sorted(run: dict[str, Any]) -> list[tuple[str, float]]:
+    return sorted(run.get("split_s", {}).items(), key=lambda kv: kv[1], reverse=True)
+
+
 def _render_catchup(cu: dict[str, Any]) -> list[str]:
     timed = sorted((r for r in cu["runs"] if not r["profiled"]), key=lambda r: r["commits_per_s"])
     mid = timed[len(timed) // 2]
@@ -543,12 +557,11 @@ def _render_catchup(cu: dict[str, Any]) -> list[str]:
         + "; from the first applied record on (group join and assignment, "
         f"~{mid['seconds_ready_to_assigned']:.1f} s, "
         f"excluded): {cu['median_commits_per_s_after_first_record']:,.0f} commits/s",
-        f"- median run: {mid['keyframes']:.0f} key frames (+ commit archives) took "
-        f"{mid['keyframe_seconds']:.1f} s, "
-        f"{cu['records']:,} Redis publishes (one Lua call per record) {mid['redis_publish_seconds']:.1f} s, "
-        f"the rest (poll, decode, rules, metrics, ticks) "
-        f"{mid['seconds_from_ready'] - mid['keyframe_seconds'] - mid['redis_publish_seconds']:.1f} s; "
-        f"process CPU {mid['process_cpu_s']:.1f} s of {mid['seconds_from_ready']:.1f} s wall",
+        "- median run, wall time by part (bench-only timers around the materializer's methods, each part "
+        "exclusive of the others): "
+        + ", ".join(f"{SPLIT_LABELS.get(k, k)} {v:.1f} s" for k, v in _split_sorted(mid))
+        + f"; process CPU {mid['process_cpu_s']:.1f} s of {mid['seconds_from_ready']:.1f} s wall; "
+        f"{mid['keyframes']:.0f} key frames",
     ]
     if floor:
         out.append(
@@ -660,6 +673,7 @@ def _render_analysis(results: dict[str, Any]) -> list[str]:
     if tt:
         prof = tt.get("profile")
         chain = tt["segcat"]["median_ms"]
+        estimate = _minus(_get(tt, "segcat_object_store_only", "median_ms"), _fn(prof, "_encode_segment"))
         only = _get(tt, "segcat_object_store_only", "median_ms")
         out += [
             "",
@@ -684,8 +698,12 @@ def _render_analysis(results: dict[str, Any]) -> list[str]:
             "archived "
             "commits straight into Arrow columns rather than into `Segment` objects first. Rough "
             "estimate: the object-store figure minus the profiled re-encoding leaves "
-            f"≈ {_ms(_minus(only, _fn(prof, '_encode_segment')))} (the profile overstates Python-heavy "
-            "parts), around the 50 ms target; the Arrow decoding would take it below.",
+            f"≈ {_ms(estimate)} (the profile overstates Python-heavy parts, so this is optimistic), "
+            + (
+                "under the 50 ms target; decoding to Arrow would add margin."
+                if estimate is not None and estimate <= 50
+                else "still above the 50 ms target without the Arrow decoding."
+            ),
         ]
     w = results.get("watch")
     if w:
@@ -753,12 +771,12 @@ def _analysis_catchup(cu: dict[str, Any]) -> list[str]:
         )
     return [
         "",
-        f"- **Catch-up: {cu['median_commits_per_s']:,.0f} commits/s, target 20,000.** In the median run the "
-        f"{mid['keyframes']:.0f} key frames took {mid['keyframe_seconds']:.1f} s and the one-Lua-call-per-"
-        f"record Redis publishing {mid['redis_publish_seconds']:.1f} s of {mid['seconds_from_ready']:.1f} s. "
+        f"- **Catch-up: {cu['median_commits_per_s']:,.0f} commits/s, target 20,000.** In the median run "
+        + ", ".join(f"{SPLIT_LABELS.get(k, k)} took {v:.1f} s" for k, v in _split_sorted(mid)[:3])
+        + f" of {mid['seconds_from_ready']:.1f} s. "
         + floor_text
-        + f"Profiled run (whole run): `publish_commit` {s('publish_commit')} (mostly waiting for Redis round "
-        f"trips), `TableMaterializer.write_keyframe` {s('write_keyframe')} (of which Parquet writes "
+        + f"Profiled run (whole run): Redis `flush` {s('flush')}, `TableMaterializer.write_keyframe` "
+        f"{s('write_keyframe')} (of which Parquet writes "
         f"{s('to_parquet')}, `seal` {s('seal')}, `to_ipc` {s('to_ipc')}, `put_keyframe` "
         f"{s('put_keyframe')}, re-encoding segments to Avro in `segment_rows` {s('segment_rows')}, and the "
         f"key-frame metadata — a 20,000-entry dedup window as JSON — dumped by `_meta` {s('_meta')} and "
@@ -766,15 +784,19 @@ def _analysis_catchup(cu: dict[str, Any]) -> list[str]:
         f"again by `verify` ({s('raw_decode')} of JSON decoding)), `apply_record` {s('apply_record')}, "
         f"the tick's `get_watermark_offsets` {s('get_watermark_offsets')}, `check_redis` {s('check_redis')}, "
         f"prometheus `labels()` {s('labels')}.",
-        "  Suggestions: (1) while catching up (`notify=False`) do not publish per record — the deltas are "
-        "trimmed at the next key frame anyway: apply a whole consumed batch, then write head + deltas + "
-        "verdicts in one pipelined call, or only `resync_redis()` once caught up; (2) during catch-up write "
-        "intermediate key frames to object storage only, not as IPC to Redis, and carry each segment's Avro "
-        "bytes from the record instead of re-encoding them; (3) keep the dedup window out of the JSON "
+        "  Suggestions: (1) key frames: during catch-up, write the intermediate ones to object "
+        "storage only (not also as IPC to Redis), and carry each segment's Avro bytes from the record "
+        "instead "
+        "of re-encoding them in `keyframe.segment_rows`; (2) the Redis writes are pipelined per poll batch, "
+        "but each record still runs the record script and appends a delta that the next key frame trims: "
+        "while catching up (`notify=False`) skip them and `resync_redis()` once caught up (it writes key "
+        "frame "
+        "+ head already); (3) keep the dedup window out of the JSON "
         "metadata (a column, or a separate small object) so a key frame does not serialize and re-parse it; "
         "(4) `check_redis` (every tick) transfers and hashes the whole Redis key frame to learn that it "
         "exists — `HGET … version` would do (at 1M segments that is a 70 MB transfer per second); (5) the "
         "tick's `get_watermark_offsets(cached=False)` blocks the poll loop on a broker round trip — the "
         "consumer's own lag statistics would do; (6) cache the prometheus children instead of `labels()` per "
-        "record.",
+        f"record; (7) `RedisStore` re-parses the table name (`TableName.parse`, {s('parse')} in the profile) "
+        "several times per record from the qualified string the materializer passes: pass the `TableName`.",
     ]

@@ -419,7 +419,7 @@ def measure_catchup(
         records = end_offset + 1
         total = marks["caught_up"] - marks["ready"]
         steady = marks["caught_up"] - marks["first_record"]
-        run = {
+        run: dict[str, Any] = {
             "profiled": profiled,
             "seconds_from_ready": round(total, 3),
             "seconds_from_first_record": round(steady, 3),
@@ -428,9 +428,11 @@ def measure_catchup(
             "commits_per_s_after_first_record": round((end_offset - result["first_version"]) / steady, 1),
             "process_cpu_s": round(result["process_cpu_s"], 2),
             "keyframes": result["keyframes"],
-            "keyframe_seconds": round(result["keyframe_seconds"] or 0.0, 2),
-            "redis_publish_seconds": round(result["redis_publish_seconds"] or 0.0, 2),
         }
+        if not profiled:
+            split = {k: round(v, 2) for k, v in result["split_s"].items()}
+            split["rest"] = round(total - sum(split.values()), 2)
+            run["split_s"] = split
         runs.append(run)
     timed_runs = [r for r in runs if not r["profiled"]]
     return {
