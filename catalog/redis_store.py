@@ -819,8 +819,7 @@ class RecordBatch:
         event: VersionEvent | None,
         verdict: VerdictLike | None = None,
     ) -> None:
-        if prev_version >= head.version:
-            raise ValueError(f"prev_version {prev_version} must be below version {head.version}")
+        """Queue what :meth:`RedisStore.publish_commit` does (validated the same way)."""
         packed = _pack_verdict(verdict)
         call = self._store._record_call(
             table_name(table), head, delta=(prev_version, value), event=event, verdict=packed
