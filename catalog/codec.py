@@ -26,6 +26,7 @@ from catalog.model import (
     Commit,
     Isolation,
     Operation,
+    Protocol,
     Segment,
     StatValue,
     Tombstone,
@@ -82,6 +83,17 @@ def known_fingerprints() -> dict[bytes, str]:
     return {fp: schema.source for fp, schema in _schemas()[1].items()}
 
 
+def segment_schema(layout: bytes | None = None) -> Any:
+    """The parsed Avro schema of one segment in the commit layout ``layout`` (a fingerprint;
+    default: the current layout). Key frames record the layout their segments were written in."""
+    current, known = _schemas()
+    chosen = current if layout is None else known.get(layout)
+    if chosen is None:
+        raise UnknownSchema(f"unknown commit layout {layout.hex() if layout else layout}; upgrade segcat")
+    adds = next(f for f in chosen.parsed["fields"] if f["name"] == "adds")
+    return adds["type"]["items"]
+
+
 # ---------------------------------------------------------------------------- encode
 
 
@@ -121,6 +133,9 @@ def commit_to_avro(commit: Commit) -> dict[str, Any]:
         "properties": dict(commit.properties),
         "table_properties": dict(commit.table_properties),
         "schema": commit.schema,
+        "protocol": None
+        if commit.protocol is None
+        else {"version": commit.protocol.version, "features": list(commit.protocol.features)},
     }
 
 
@@ -139,6 +154,7 @@ def segment_to_avro(segment: Segment) -> dict[str, Any]:
                 "min": stat_to_avro(s.type, s.min),
                 "max": stat_to_avro(s.type, s.max),
                 "null_count": s.null_count,
+                "nan_count": s.nan_count,
             }
             for s in segment.stats
         ],
@@ -218,6 +234,9 @@ def commit_from_avro(raw: dict[str, Any]) -> Commit:
         properties=raw["properties"],
         table_properties=raw["table_properties"],
         schema=raw["schema"],
+        protocol=None
+        if raw.get("protocol") is None
+        else Protocol(raw["protocol"]["version"], tuple(raw["protocol"]["features"])),
     )
 
 
@@ -237,6 +256,7 @@ def segment_from_avro(raw: dict[str, Any]) -> Segment:
                 min=stat_from_avro(ColumnType(s["type"]), s["min"]),
                 max=stat_from_avro(ColumnType(s["type"]), s["max"]),
                 null_count=s["null_count"],
+                nan_count=s.get("nan_count"),
             )
             for s in raw["stats"]
         ),

@@ -11,6 +11,26 @@ class ConfigError(SegcatError):
     """The configuration (environment or TOML file) is unusable."""
 
 
+class InvalidArgument(SegcatError, ValueError):
+    """A caller passed a value that can never be right (a negative version, a bad duration, …)."""
+
+
+class InvalidPredicate(InvalidArgument):
+    """A predicate (a row filter or a tombstone) does not parse or compares incomparable things."""
+
+
+class UnsupportedProtocol(SegcatError):
+    """The table's log uses a protocol version or feature this segcat does not know.
+
+    Raised instead of judging on: a reader that guessed could see another table than the
+    writers meant. Upgrade segcat to read (or write) this table.
+    """
+
+
+class UnsafeLocation(SegcatError):
+    """A file location lies outside the table's root and the locations the table allows."""
+
+
 class InvalidTableName(SegcatError, ValueError):
     """A namespace or table identifier does not match ``[A-Za-z0-9_-]{1,100}``."""
 
@@ -59,13 +79,17 @@ class CommitConflict(SegcatError):
     (``TableWriter.commit_with_retry`` does that).
     """
 
-    def __init__(self, rule: str, detail: str, *, version: int, conflicting_version: int | None) -> None:
+    def __init__(
+        self, rule: str, detail: str, *, version: int | None, conflicting_version: int | None
+    ) -> None:
         self.rule = rule
         self.detail = detail
         self.version = version
+        """The offset the rejected record took; None when the writer saw the conflict before sending."""
         self.conflicting_version = conflicting_version
         at = f" (conflicts with version {conflicting_version})" if conflicting_version is not None else ""
-        super().__init__(f"commit rejected at offset {version} by rule {rule}: {detail}{at}")
+        where = "not sent" if version is None else f"rejected at offset {version}"
+        super().__init__(f"commit {where} by rule {rule}: {detail}{at}")
 
 
 class InvalidCommit(SegcatError):

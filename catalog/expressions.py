@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -18,6 +19,9 @@ import pyarrow.compute as pc
 
 from catalog import bloom
 from catalog.model import BloomFilter, StatValue
+
+LiteralValue = StatValue | Decimal
+"""What a predicate compares a column with (Decimal: an exact SQL decimal literal)."""
 
 
 class Predicate:
@@ -27,11 +31,14 @@ class Predicate:
     def __or__(self, other: Predicate) -> Predicate:
         return Or(self, other)
 
+    def __invert__(self) -> Predicate:
+        return Not(self)
+
     def might_match(self, segments: pa.Table) -> pa.ChunkedArray | pa.Array:
         """A boolean per segment: False = certainly no matching row."""
         raise NotImplementedError
 
-    def bloom_checks(self) -> list[tuple[str, list[StatValue]]]:
+    def bloom_checks(self) -> list[tuple[str, list[LiteralValue]]]:
         """(column, values) pairs whose absence from a Bloom filter rules a segment out."""
         return []
 
@@ -61,7 +68,7 @@ def _all(segments: pa.Table) -> pa.Array:
 class Compare(Predicate):
     column: str
     op: str
-    value: StatValue
+    value: LiteralValue
 
     def might_match(self, segments: pa.Table) -> pa.ChunkedArray | pa.Array:
         scalar = _scalar(segments, self.column, self.value)
@@ -78,14 +85,14 @@ class Compare(Predicate):
         }
         return _keep_unknown(tests[self.op]())
 
-    def bloom_checks(self) -> list[tuple[str, list[StatValue]]]:
+    def bloom_checks(self) -> list[tuple[str, list[LiteralValue]]]:
         return [(self.column, [self.value])] if self.op == "==" else []
 
 
 @dataclass(frozen=True)
 class IsIn(Predicate):
     column: str
-    values: tuple[StatValue, ...]
+    values: tuple[LiteralValue, ...]
 
     def might_match(self, segments: pa.Table) -> pa.ChunkedArray | pa.Array:
         masks = [Compare(self.column, "==", v).might_match(segments) for v in self.values]
@@ -96,7 +103,7 @@ class IsIn(Predicate):
             result = pc.or_(result, mask)
         return result
 
-    def bloom_checks(self) -> list[tuple[str, list[StatValue]]]:
+    def bloom_checks(self) -> list[tuple[str, list[LiteralValue]]]:
         return [(self.column, list(self.values))]
 
 
@@ -123,7 +130,7 @@ class And(Predicate):
     def might_match(self, segments: pa.Table) -> pa.ChunkedArray | pa.Array:
         return pc.and_(self.left.might_match(segments), self.right.might_match(segments))
 
-    def bloom_checks(self) -> list[tuple[str, list[StatValue]]]:
+    def bloom_checks(self) -> list[tuple[str, list[LiteralValue]]]:
         return self.left.bloom_checks() + self.right.bloom_checks()
 
 
@@ -136,6 +143,16 @@ class Or(Predicate):
         return pc.or_(self.left.might_match(segments), self.right.might_match(segments))
 
     # a Bloom miss on one side of an OR rules nothing out on its own
+
+
+@dataclass(frozen=True)
+class Not(Predicate):
+    """SQL NOT: true where ``operand`` is false (unknown stays unknown)."""
+
+    operand: Predicate
+
+    def might_match(self, segments: pa.Table) -> pa.ChunkedArray | pa.Array:
+        return _all(segments)  # conservative until negation is pushed into the leaves
 
 
 class Column:
@@ -178,10 +195,10 @@ def col(name: str) -> Column:
     return Column(name)
 
 
-def bloom_excludes(filters: dict[str, BloomFilter], checks: list[tuple[str, list[StatValue]]]) -> bool:
+def bloom_excludes(filters: dict[str, BloomFilter], checks: list[tuple[str, list[LiteralValue]]]) -> bool:
     """Whether a segment's Bloom filters prove one AND-ed equality / isin can't match."""
     for column, values in checks:
         flt = filters.get(column)
-        if flt is not None and not any(bloom.might_contain(flt, v) for v in values):
+        if flt is not None and not any(bloom.might_contain(flt, v) for v in values):  # type: ignore[arg-type]
             return True
     return False

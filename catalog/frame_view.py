@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog import keyframe
+from catalog import codec, keyframe
 from catalog.keyframe import KeyFrame
-from catalog.model import Commit, Tombstone
+from catalog.model import ColumnType, Commit, Protocol, Tombstone
 from catalog.state import LiveSegment, TableState
 
 AcceptedCommit = tuple[int, int, Commit]
@@ -38,10 +38,16 @@ class FrameView:
     properties: Mapping[str, str] = field(default_factory=dict)
     live_rows: int = 0
     live_bytes: int = 0
+    protocol: Protocol = field(default_factory=Protocol)
+    column_types: Mapping[str, ColumnType] = field(default_factory=dict)
+    """The table's stats column types: the wide columns of rows added later are cast to them."""
+    layout: bytes = field(default_factory=codec.current_fingerprint)
+    """The commit layout ``segment_avro`` is written in (older key frames: an older one)."""
 
     @classmethod
     def from_keyframe(cls, frame: KeyFrame) -> FrameView:
         meta = frame.meta
+        state_bits = keyframe.meta_extras(frame)
         return cls(
             table=meta["table"],
             rows=frame.table.replace_schema_metadata(None),
@@ -53,13 +59,16 @@ class FrameView:
             properties=dict(meta["properties"]),
             live_rows=meta["live_rows"],
             live_bytes=meta["live_bytes"],
+            protocol=state_bits.protocol,
+            column_types=state_bits.column_types,
+            layout=frame.layout,
         )
 
     @classmethod
     def from_state(cls, state: TableState) -> FrameView:
         return cls(
             table=state.table,
-            rows=keyframe.segment_rows(state.segments.values()),
+            rows=keyframe.segment_rows(state.segments.values(), state.stats_types()),
             offset=state.version,
             version=state.last_accepted_version,
             timestamp_ms=state.last_accepted_timestamp_ms,
@@ -68,6 +77,8 @@ class FrameView:
             properties=dict(state.properties),
             live_rows=state.live_rows,
             live_bytes=state.live_bytes,
+            protocol=state.protocol,
+            column_types=state.stats_types(),
         )
 
     @property
@@ -84,12 +95,18 @@ class FrameView:
         tombstones = list(self.tombstones)
         properties = dict(self.properties)
         schema = self.schema
+        protocol = self.protocol
+        column_types = dict(self.column_types)
         for version, _, commit in batch:
             for drop in commit.drops:
                 if pending.pop(drop, None) is None:
                     dropped.add(drop)
             for segment in commit.adds:
                 pending[segment.segment_id] = LiveSegment(segment, version)
+                for stats in segment.stats:
+                    column_types.setdefault(stats.column, stats.type)
+            if commit.protocol is not None:
+                protocol = commit.protocol
             tombstones.extend(Tombstone(t.predicate, version) for t in commit.tombstones)
             if commit.schema is not None:
                 schema = commit.schema
@@ -107,7 +124,7 @@ class FrameView:
             live_bytes -= pc.sum(gone.column("size_bytes")).as_py() or 0
             rows = rows.filter(pc.invert(hit))
         if pending:
-            added = keyframe.segment_rows(pending.values())
+            added = keyframe.segment_rows(pending.values(), column_types, self.layout)
             live_rows += sum(item.segment.row_count for item in pending.values())
             live_bytes += sum(item.segment.size_bytes for item in pending.values())
             rows = pa.concat_tables([rows, added], promote_options="permissive") if rows.num_rows else added
@@ -123,4 +140,7 @@ class FrameView:
             properties=properties,
             live_rows=live_rows,
             live_bytes=live_bytes,
+            protocol=protocol,
+            column_types=column_types,
+            layout=self.layout,
         )

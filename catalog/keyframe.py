@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +25,16 @@ import pyarrow.parquet as pq
 
 from catalog import codec
 from catalog.errors import CorruptKeyFrame
-from catalog.model import Segment, Tombstone
-from catalog.segments_arrow import BASE_SCHEMA, segments_table
+from catalog.model import ColumnType, Protocol, Segment, Tombstone
+from catalog.segments_arrow import BASE_SCHEMA, arrow_type, segments_table
 from catalog.state import LiveSegment, TableState
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: protocol, column types and the segments' Avro layout in the metadata, ``nans:`` columns.
+Format 1 frames (segments in commit layout v2, no protocol: a v1 table) still load."""
+READABLE_FORMATS = (1, 2)
+_LAYOUT_V2 = bytes.fromhex("dcb115706142297a")
+"""The commit layout format-1 key frames encoded their segments with."""
 META_KEY = b"segcat.keyframe"
 CHECKSUM_KEY = b"segcat.checksum"
 
@@ -45,24 +50,45 @@ class KeyFrame:
     def version(self) -> int:
         return int(self.meta["version"])
 
+    @property
+    def layout(self) -> bytes:
+        """The commit layout (schema fingerprint) of the ``segment_avro`` column."""
+        return segment_layout(self.meta)
+
     def state(self) -> TableState:
         return state_from_keyframe(self)
 
 
-def _segment_schema() -> Any:
-    current, _ = codec._schemas()
-    return next(f["type"]["items"] for f in current.parsed["fields"] if f["name"] == "adds")
+def segment_layout(meta: dict[str, Any]) -> bytes:
+    raw = meta.get("segment_layout")
+    return _LAYOUT_V2 if raw is None else bytes.fromhex(raw)
 
 
-def _encode_segment(live: LiveSegment, schema: Any) -> bytes:
+def encode_segment(segment: Segment, layout: bytes | None = None) -> bytes:
+    """One segment in Avro (the current commit layout unless ``layout`` names another)."""
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, schema, codec.segment_to_avro(live.segment))
+    fastavro.schemaless_writer(out, codec.segment_schema(layout), codec.segment_to_avro(segment))
     return out.getvalue()
 
 
-def _meta(state: TableState) -> dict[str, Any]:
+def decode_segments(encoded: Iterable[bytes], layout: bytes | None = None) -> list[Segment]:
+    """Segments from their Avro bytes written in ``layout``, resolved to the current model."""
+    writer = codec.segment_schema(layout)
+    reader = codec.segment_schema()
+    out = []
+    for raw in encoded:
+        decoded = fastavro.schemaless_reader(io.BytesIO(raw), writer, reader)
+        assert isinstance(decoded, dict)
+        out.append(codec.segment_from_avro(decoded))
+    return out
+
+
+def _meta(state: TableState, layout: bytes) -> dict[str, Any]:
     return {
         "format_version": FORMAT_VERSION,
+        "segment_layout": layout.hex(),
+        "protocol": [state.protocol.version, list(state.protocol.features)],
+        "column_types": [[c, t.value, v] for c, (t, v) in sorted(state.column_types.items())],
         "table": state.table,
         "version": state.version,
         "last_accepted_version": state.last_accepted_version,
@@ -101,32 +127,42 @@ def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray)
     return digest.hexdigest()
 
 
-def segment_rows(live: Iterable[LiveSegment]) -> pa.Table:
+def segment_rows(
+    live: Iterable[LiveSegment], column_types: Mapping[str, ColumnType], layout: bytes | None = None
+) -> pa.Table:
     """Key-frame rows (wide reader columns + lossless ``segment_avro``), ordered by segment_id."""
-    schema = _segment_schema()
+    schema = codec.segment_schema(layout)
     ordered = sorted(live, key=lambda item: item.segment.segment_id)
-    view = segments_table(ordered)
-    avro = pa.array([_encode_segment(item, schema) for item in ordered], type=pa.binary())
-    return view.append_column("segment_avro", avro)
+    view = segments_table(ordered, column_types)
+    out = io.BytesIO()
+    encoded = []
+    for item in ordered:
+        out.seek(0)
+        out.truncate()
+        fastavro.schemaless_writer(out, schema, codec.segment_to_avro(item.segment))
+        encoded.append(out.getvalue())
+    return view.append_column("segment_avro", pa.array(encoded, type=pa.binary()))
 
 
 def build(state: TableState) -> pa.Table:
     """The key-frame table for ``state``, with metadata and checksum attached."""
-    return seal(segment_rows(state.segments.values()), state)
+    return seal(segment_rows(state.segments.values(), state.stats_types()), state)
 
 
-def seal(rows: pa.Table, state: TableState) -> pa.Table:
+def seal(rows: pa.Table, state: TableState, layout: bytes | None = None) -> pa.Table:
     """Attach ``state``'s metadata and the checksum to key-frame rows (sorted by segment_id).
 
     Lets a materializer keep its rows up to date incrementally instead of rebuilding
-    every segment for every key frame.
+    every segment for every key frame. ``layout`` is the commit layout the rows'
+    ``segment_avro`` was written in (default: the current one).
     """
     if rows.num_rows != state.live_count:
         raise ValueError(f"{rows.num_rows} rows for {state.live_count} live segments")
     rows = canonical_columns(rows.replace_schema_metadata(None))
     if rows.num_rows:
         rows = rows.sort_by("segment_id")
-    meta_json = json.dumps(_meta(state), separators=(",", ":"), sort_keys=True).encode()
+    layout = codec.current_fingerprint() if layout is None else layout
+    meta_json = json.dumps(_meta(state, layout), separators=(",", ":"), sort_keys=True).encode()
     checksum = _checksum(meta_json, rows.schema, rows.column("segment_avro")).encode()
     return rows.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
 
@@ -136,6 +172,32 @@ def canonical_columns(rows: pa.Table) -> pa.Table:
     base = list(BASE_SCHEMA.names)
     stats = sorted(name for name in rows.column_names if name not in base and name != "segment_avro")
     return rows.select([*base, *stats, "segment_avro"])
+
+
+def _column_types(meta: dict[str, Any], table: pa.Table) -> dict[str, tuple[ColumnType, int]]:
+    """The table's stats column types: from the metadata, or (format 1) from the typed columns."""
+    if "column_types" in meta:
+        return {c: (ColumnType(t), v) for c, t, v in meta["column_types"]}
+    by_arrow = {str(arrow_type(kind)): kind for kind in ColumnType if arrow_type(kind) is not None}
+    found: dict[str, tuple[ColumnType, int]] = {}
+    for field in table.schema:
+        if field.name.startswith("min:") and str(field.type) in by_arrow:
+            found[field.name[4:]] = (by_arrow[str(field.type)], -1)
+    return found
+
+
+@dataclass(frozen=True)
+class MetaExtras:
+    """What a reader's view needs from the metadata beyond the scalars."""
+
+    protocol: Protocol
+    column_types: dict[str, ColumnType]
+
+
+def meta_extras(frame: KeyFrame) -> MetaExtras:
+    version, features = frame.meta.get("protocol", [1, []])
+    types = _column_types(frame.meta, frame.table)
+    return MetaExtras(Protocol(version, tuple(features)), {c: t for c, (t, _) in types.items()})
 
 
 def light_state(frame: KeyFrame) -> TableState:
@@ -159,7 +221,7 @@ def light_state(frame: KeyFrame) -> TableState:
             strict=True,
         )
     }
-    return _state_from_meta(frame.meta, segments)
+    return _state_from_meta(frame.meta, segments, frame.table)
 
 
 def verify(table: pa.Table) -> KeyFrame:
@@ -171,7 +233,7 @@ def verify(table: pa.Table) -> KeyFrame:
     if _checksum(meta_json, table.schema, table.column("segment_avro")).encode() != checksum:
         raise CorruptKeyFrame("key frame checksum mismatch")
     meta = json.loads(meta_json)
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_FORMATS:
         raise CorruptKeyFrame(f"unsupported key frame format {meta.get('format_version')!r}; upgrade segcat")
     return KeyFrame(table, meta)
 
@@ -216,20 +278,19 @@ def from_ipc(data: bytes, *, verified_bytes: bool = False) -> KeyFrame:
 
 def state_from_keyframe(frame: KeyFrame) -> TableState:
     """Rebuild the full image (for a materializer or writer to go on applying rules)."""
-    schema = _segment_schema()
     versions = frame.table.column("added_version").to_pylist()
-    segments: dict[str, LiveSegment] = {}
-    for raw, added in zip(frame.table.column("segment_avro").to_pylist(), versions, strict=True):
-        decoded = fastavro.schemaless_reader(io.BytesIO(raw), schema, None)
-        assert isinstance(decoded, dict)
-        segment = codec.segment_from_avro(decoded)
-        segments[segment.segment_id] = LiveSegment(segment, added)
-    return _state_from_meta(frame.meta, segments)
+    decoded = decode_segments(frame.table.column("segment_avro").to_pylist(), frame.layout)
+    segments = {
+        segment.segment_id: LiveSegment(segment, added)
+        for segment, added in zip(decoded, versions, strict=True)
+    }
+    return _state_from_meta(frame.meta, segments, frame.table)
 
 
-def _state_from_meta(meta: dict[str, Any], segments: dict[str, LiveSegment]) -> TableState:
+def _state_from_meta(meta: dict[str, Any], segments: dict[str, LiveSegment], table: pa.Table) -> TableState:
     accepted, rejected, invalid, duplicates = meta["counts"]
-    return TableState(
+    protocol_version, features = meta.get("protocol", [1, []])
+    state = TableState(
         table=meta["table"],
         version=meta["version"],
         last_accepted_version=meta["last_accepted_version"],
@@ -251,4 +312,8 @@ def _state_from_meta(meta: dict[str, Any], segments: dict[str, LiveSegment]) -> 
         rejected=rejected,
         invalid=invalid,
         duplicates=duplicates,
+        protocol=Protocol(protocol_version, tuple(features)),
+        column_types=_column_types(meta, table),
     )
+    state.index_paths()
+    return state

@@ -22,6 +22,8 @@ class Operation(StrEnum):
     DELETE = "DELETE"
     SET_PROPERTIES = "SET_PROPERTIES"
     SET_SCHEMA = "SET_SCHEMA"
+    UPGRADE_PROTOCOL = "UPGRADE_PROTOCOL"
+    """Moves the table to a newer protocol (rules) version or enables features (layout v3)."""
     UNKNOWN = "UNKNOWN"
     """A symbol written by a newer protocol version; such a commit is judged INVALID."""
 
@@ -51,6 +53,8 @@ class ColumnStats:
     min: StatValue = None
     max: StatValue = None
     null_count: int | None = None
+    nan_count: int | None = None
+    """FLOAT only: how many values are NaN (min/max never hold NaN); None = unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,14 @@ class Tombstone:
 
 
 @dataclass(frozen=True, slots=True)
+class Protocol:
+    """The rules version a table is judged by, and the named features it uses (docs/PROTOCOL.md §3a)."""
+
+    version: int = 1
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """One proposed change of a table: exactly one Kafka record."""
 
@@ -104,6 +116,8 @@ class Commit:
     properties: Mapping[str, str] = field(default_factory=dict)
     table_properties: Mapping[str, str | None] = field(default_factory=dict)
     schema: str | None = None
+    protocol: Protocol | None = None
+    """UPGRADE_PROTOCOL only: the protocol the table moves to."""
 
     @staticmethod
     def new_id() -> str:

@@ -1,23 +1,49 @@
-"""The deterministic rules of DESIGN §4: judge a commit at offset o, apply it if accepted.
+"""The deterministic rules (docs/PROTOCOL.md §4): judge a commit at offset o, apply it if accepted.
 
 This is the only module that changes a ``TableState``. It does no I/O and reads no
 clock, so writers, the materializer and readers that feed it the same log reach the
 same verdicts and the same state at every version.
+
+The rules are versioned with the log (``catalog.protocol``): each record is judged by the
+protocol in force before it. Protocol 1 is the rule set segcat had before versioning;
+protocol 2 adds the checks marked "v2" below. A well-formed ``UPGRADE_PROTOCOL`` to a
+version or feature this code does not know raises ``UnsupportedProtocol``: judging on
+with the wrong rules is never an option.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 
-from catalog import codec
-from catalog.errors import DecodeError
-from catalog.model import ColumnStats, ColumnType, Commit, Isolation, LogRecord, Operation, Segment, Tombstone
-from catalog.state import DEDUP_WINDOW, DROP_MEMORY, LiveSegment, TableState
+from catalog import codec, locations, protocol
+from catalog.errors import DecodeError, InvalidPredicate
+from catalog.model import (
+    ColumnStats,
+    ColumnType,
+    Commit,
+    Isolation,
+    LogRecord,
+    Operation,
+    Protocol,
+    Segment,
+    Tombstone,
+)
+from catalog.predicate_parser import parse_predicate
+from catalog.state import (
+    ALLOWED_LOCATIONS_PROPERTY,
+    DEDUP_WINDOW,
+    DROP_MEMORY,
+    LOCATION_PROPERTY,
+    LiveSegment,
+    TableState,
+    path_key,
+)
 
 
 class Outcome(StrEnum):
@@ -35,6 +61,9 @@ class Rule(StrEnum):
     CONCURRENT_DROP = "3-concurrent-drop"
     CONCURRENT_DELETE = "3b-rewrite-after-concurrent-delete"
     DUPLICATE_SEGMENT = "4-duplicate-segment"
+    DUPLICATE_PATH = "4b-duplicate-path"
+    SEGMENT_ID_REUSED = "4c-dropped-segment-returns"
+    COLUMN_TYPE_CHANGE = "4d-column-type-change"
     CONCURRENT_APPEND = "5-concurrent-append-in-replace-scope"
     CONCURRENT_SCHEMA_CHANGE = "6-concurrent-schema-change"
 
@@ -57,7 +86,12 @@ class Verdict:
 
 MAX_ID_LENGTH = 512
 MAX_PREDICATE_LENGTH = 16_384
+MAX_PATH_LENGTH = 4096
+MAX_BLOOM_HASHES = 64
+"""v2: a Bloom filter with more hash functions is INVALID (a reader would loop that often per value)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_V2 = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""v2: Unicode general categories Cc (C0, DEL, C1), Zl, Zp and lone surrogates (Cs)."""
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _INT64 = (-(2**63), 2**63 - 1)
@@ -75,18 +109,18 @@ _STAT_TYPES: dict[ColumnType, tuple[type, ...]] = {
 # ---------------------------------------------------------------------------- validation
 
 
-def _check_text(value: str, what: str, limit: int = MAX_ID_LENGTH) -> str | None:
+def _check_text(value: str, what: str, limit: int = MAX_ID_LENGTH, version: int = 1) -> str | None:
     if not value:
         return f"{what} is empty"
     if len(value) > limit:
         return f"{what} is longer than {limit} characters"
-    if _CONTROL.search(value):
+    if (_CONTROL_V2 if version >= 2 else _CONTROL).search(value):
         return f"{what} contains control characters"
     return None
 
 
-def _check_path(path: str) -> str | None:
-    problem = _check_text(path, "segment path", 4096)
+def _check_path_v1(path: str) -> str | None:
+    problem = _check_text(path, "segment path", MAX_PATH_LENGTH)
     if problem:
         return problem
     if _URI.match(path):
@@ -98,12 +132,25 @@ def _check_path(path: str) -> str | None:
     return None
 
 
-def _check_segment(segment: Segment) -> str | None:
-    problem = _check_text(segment.segment_id, "segment_id") or _check_path(segment.path)
+def _check_path_v2(path: str) -> str | None:
+    problem = _check_text(path, "segment path", MAX_PATH_LENGTH, 2)
     if problem:
         return problem
-    if segment.partition is not None and (p := _check_text(segment.partition, "partition")):
+    if locations.is_absolute_uri(path):
+        problem = locations.uri_problem(path)
+        return None if problem is None else f"segment path {problem}"
+    return locations.relative_problem(path)
+
+
+def _check_segment(segment: Segment, version: int) -> str | None:
+    text = _check_text(segment.segment_id, "segment_id", version=version)
+    problem = text or (_check_path_v2(segment.path) if version >= 2 else _check_path_v1(segment.path))
+    if problem:
+        return problem
+    if segment.partition is not None and (p := _check_text(segment.partition, "partition", version=version)):
         return p
+    if version >= 2 and (p := _check_text(segment.format, "format", version=version)):
+        return f"segment {segment.segment_id}: {p}"
     if segment.size_bytes < 0 or segment.row_count < 0:
         return f"segment {segment.segment_id}: negative size_bytes or row_count"
     seen: set[str] = set()
@@ -115,14 +162,40 @@ def _check_segment(segment: Segment) -> str | None:
             return f"segment {segment.segment_id}: {problem}"
         if stats.null_count is not None and not 0 <= stats.null_count <= segment.row_count:
             return f"segment {segment.segment_id}: null_count of {stats.column!r} out of range"
+        if version >= 2 and (problem := _check_stats_v2(stats, segment.row_count)):
+            return f"segment {segment.segment_id}: {problem}"
         if stats.min is not None and stats.max is not None:
             try:
                 if stats.min > stats.max:  # type: ignore[operator]
                     return f"segment {segment.segment_id}: min > max for column {stats.column!r}"
             except TypeError:
                 return f"segment {segment.segment_id}: min and max of {stats.column!r} differ in type"
-    if segment.bloom is not None and (segment.bloom.num_hashes < 1 or not segment.bloom.bits):
+    bloom = segment.bloom
+    if bloom is not None and (bloom.num_hashes < 1 or not bloom.bits):
         return f"segment {segment.segment_id}: empty Bloom filter"
+    if bloom is not None and version >= 2:
+        if bloom.num_hashes > MAX_BLOOM_HASHES:
+            return f"segment {segment.segment_id}: Bloom filter has more than {MAX_BLOOM_HASHES} hashes"
+        if p := _check_text(bloom.column, "Bloom filter column", version=version):
+            return f"segment {segment.segment_id}: {p}"
+    if version >= 2 and (p := _check_json(segment.schema, f"segment {segment.segment_id}: schema")):
+        return p
+    return None
+
+
+def _check_stats_v2(stats: ColumnStats, row_count: int) -> str | None:
+    """v2: typed stats mean what they say (no NaN bounds, no untyped bounds, NaN counts on floats)."""
+    if problem := _check_text(stats.column, "stats column", version=2):
+        return problem
+    if stats.type is ColumnType.OTHER and (stats.min is not None or stats.max is not None):
+        return f"stats of {stats.column!r} are OTHER: they carry no min or max"
+    if stats.type is ColumnType.FLOAT and any(isinstance(v, float) and math.isnan(v) for v in (stats.min, stats.max)):
+        return f"FLOAT stats of {stats.column!r} hold NaN as min or max (count NaN in nan_count)"
+    if stats.nan_count is not None:
+        if stats.type is not ColumnType.FLOAT:
+            return f"nan_count of {stats.column!r} on a {stats.type.value} column (FLOAT only)"
+        if not 0 <= stats.nan_count <= row_count - (stats.null_count or 0):
+            return f"nan_count of {stats.column!r} out of range"
     return None
 
 
@@ -151,8 +224,14 @@ def _check_json(value: str | None, what: str) -> str | None:
     return None
 
 
-def malformation(commit: Commit, offset: int, table: str) -> str | None:
-    """Why ``commit`` breaks the protocol's field rules (rule 2), or None if it does not."""
+def malformation(
+    commit: Commit, offset: int, table: str, version: int = protocol.LEGACY_VERSION
+) -> str | None:
+    """Why ``commit`` breaks the field rules of protocol ``version`` (rule 2), or None.
+
+    Context-free: only the commit, its offset and the table's name are looked at
+    (``contextual_malformation`` checks what depends on the table's state).
+    """
     if commit.table != table:
         return f"commit is for table {commit.table!r}, not {table!r}"
     if not _UUID.fullmatch(commit.commit_id):
@@ -161,7 +240,7 @@ def malformation(commit: Commit, offset: int, table: str) -> str | None:
         return "unknown operation (written by a newer protocol version)"
     if not -1 <= commit.base_version < offset:
         return f"base_version {commit.base_version} is not in [-1, {offset})"
-    if problem := _check_text(commit.writer_id, "writer_id"):
+    if problem := _check_text(commit.writer_id, "writer_id", version=version):
         return problem
     add_ids = [s.segment_id for s in commit.adds]
     if len(set(add_ids)) != len(add_ids):
@@ -171,25 +250,114 @@ def malformation(commit: Commit, offset: int, table: str) -> str | None:
     if set(add_ids) & set(commit.drops):
         return "a segment is both added and dropped"
     for segment in commit.adds:
-        if problem := _check_segment(segment):
+        if problem := _check_segment(segment, version):
             return problem
     for drop in commit.drops:
-        if problem := _check_text(drop, "dropped segment_id"):
+        if problem := _check_text(drop, "dropped segment_id", version=version):
             return problem
     for tomb in commit.tombstones:
-        if problem := _check_text(tomb.predicate, "tombstone predicate", MAX_PREDICATE_LENGTH):
+        if problem := _check_text(tomb.predicate, "tombstone predicate", MAX_PREDICATE_LENGTH, version):
             return problem
     for key, value in commit.table_properties.items():
-        if problem := _check_text(key, "table property key") or (
-            None if value is None else _check_text(value, "table property value", MAX_PREDICATE_LENGTH)
+        if problem := _check_text(key, "table property key", version=version):
+            return problem
+        if value is not None and (
+            problem := _check_text(value, "table property value", MAX_PREDICATE_LENGTH, version)
         ):
             return problem
     for scope in commit.replace_scope:
-        if problem := _check_text(scope, "replace_scope partition"):
+        if problem := _check_text(scope, "replace_scope partition", version=version):
             return problem
     if problem := _check_json(commit.schema, "schema"):
         return problem
+    if problem := _protocol_field_malformation(commit):
+        return problem
+    if version >= 2 and (problem := _malformation_v2(commit)):
+        return problem
     return _operation_malformation(commit)
+
+
+def _protocol_field_malformation(commit: Commit) -> str | None:
+    """The UPGRADE_PROTOCOL operation and its ``protocol`` field (every version judges these)."""
+    upgrade = commit.operation is Operation.UPGRADE_PROTOCOL
+    if commit.protocol is None:
+        return "UPGRADE_PROTOCOL carries no protocol" if upgrade else None
+    if not upgrade:
+        return "only UPGRADE_PROTOCOL carries a protocol"
+    if commit.protocol.version < 1:
+        return f"protocol version {commit.protocol.version} is not ≥ 1"
+    features = commit.protocol.features
+    if len(features) > protocol.MAX_FEATURES or len(set(features)) != len(features):
+        return "protocol features repeat, or there are more than 64"
+    for feature in features:
+        if problem := _check_text(feature, "protocol feature", version=2):
+            return problem
+    if commit.adds or commit.drops or commit.tombstones or commit.replace_scope or commit.schema is not None:
+        return "UPGRADE_PROTOCOL changes the protocol (and table properties) only"
+    return None
+
+
+def _malformation_v2(commit: Commit) -> str | None:
+    """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2")."""
+    paths = [s.path for s in commit.adds]
+    if len(set(paths)) != len(paths):
+        return "two added segments have the same path"
+    types: dict[str, ColumnType] = {}
+    for segment in commit.adds:
+        for stats in segment.stats:
+            if types.setdefault(stats.column, stats.type) is not stats.type:
+                return f"added segments disagree on the stats type of column {stats.column!r}"
+    for i, tomb in enumerate(commit.tombstones):
+        try:
+            parse_predicate(tomb.predicate)
+        except InvalidPredicate as exc:
+            return f"tombstones[{i}]: {exc}"
+    if commit.isolation is Isolation.SERIALIZABLE and commit.operation is not Operation.REPLACE:
+        return "isolation SERIALIZABLE only applies to REPLACE"
+    allowed = commit.table_properties.get(ALLOWED_LOCATIONS_PROPERTY)
+    if allowed is not None:
+        try:
+            locations.parse_allowed(allowed)
+        except ValueError as exc:
+            return str(exc)
+    location = commit.table_properties.get(LOCATION_PROPERTY)
+    if location is not None and (problem := locations.location_problem(location)):
+        return f"{LOCATION_PROPERTY}: {problem}"
+    return _operation_fields_v2(commit)
+
+
+_V2_FIELDS: dict[Operation, frozenset[str]] = {
+    Operation.APPEND: frozenset({"adds"}),
+    Operation.COMPACT: frozenset({"adds", "drops"}),
+    Operation.REPLACE: frozenset({"adds", "drops", "replace_scope"}),
+    Operation.DELETE: frozenset({"adds", "drops", "tombstones"}),
+    Operation.SET_PROPERTIES: frozenset({"table_properties"}),
+    Operation.SET_SCHEMA: frozenset({"schema"}),
+    Operation.UPGRADE_PROTOCOL: frozenset({"protocol", "table_properties"}),
+}
+"""v2: the fields each operation may carry (``properties``, the commit info, goes with any)."""
+
+
+def _operation_fields_v2(commit: Commit) -> str | None:
+    carried = {
+        name
+        for name, present in (
+            ("adds", commit.adds),
+            ("drops", commit.drops),
+            ("tombstones", commit.tombstones),
+            ("replace_scope", commit.replace_scope),
+            ("table_properties", commit.table_properties),
+            ("schema", commit.schema is not None),
+            ("protocol", commit.protocol is not None),
+        )
+        if present
+    }
+    extra = sorted(carried - _V2_FIELDS[commit.operation])
+    if extra:
+        return f"{commit.operation.value} may not carry {', '.join(extra)}"
+    if commit.operation is Operation.REPLACE and not (commit.adds or commit.drops):
+        return "REPLACE adds or drops nothing"
+    return None
 
 
 def _operation_malformation(commit: Commit) -> str | None:
@@ -217,11 +385,66 @@ def _operation_malformation(commit: Commit) -> str | None:
     return None
 
 
+def contextual_malformation(state: TableState, commit: Commit) -> str | None:
+    """Rule 2 checks that need S(o−1): the protocol's steps, locations and no-op changes."""
+    upgrade = commit.protocol if commit.operation is Operation.UPGRADE_PROTOCOL else None
+    if upgrade is not None and (problem := _upgrade_malformation(state, upgrade, commit)):
+        return problem
+    if state.protocol.version < 2:
+        return None
+    location = state.location
+    if LOCATION_PROPERTY in commit.table_properties and location is not None:
+        return f"{LOCATION_PROPERTY} is fixed when the table is created ({location!r})"
+    allowed = locations.parse_allowed(state.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+    for segment in commit.adds:
+        if locations.is_absolute_uri(segment.path) and (
+            problem := locations.allowed_problem(segment.path, location, allowed)
+        ):
+            return problem
+    if commit.operation is Operation.SET_PROPERTIES and all(
+        state.properties.get(key) == value for key, value in commit.table_properties.items()
+    ):
+        return "SET_PROPERTIES changes nothing"
+    if commit.operation is Operation.SET_SCHEMA and commit.schema == state.schema:
+        return "SET_SCHEMA sets the schema the table already has"
+    return None
+
+
+def _upgrade_malformation(state: TableState, wanted: Protocol, commit: Commit) -> str | None:
+    current = state.protocol
+    if wanted.version < current.version:
+        return f"protocol versions only go up (the table is at {current.version})"
+    if not set(current.features) <= set(wanted.features):
+        return "an upgrade keeps every feature the table already uses"
+    if wanted.version == current.version and set(wanted.features) == set(current.features):
+        return f"the table already is at protocol {current.version} with these features"
+    has_location = state.location is not None or LOCATION_PROPERTY in commit.table_properties
+    if wanted.version >= 2 and not has_location:
+        return f"protocol 2 needs the table's location ({LOCATION_PROPERTY}) recorded"
+    recorded = commit.table_properties.get(LOCATION_PROPERTY, state.location)
+    if state.location is not None and recorded != state.location:
+        return f"{LOCATION_PROPERTY} is already recorded ({state.location!r})"
+    return None
+
+
+def unsupported_upgrade(commit: Commit) -> str | None:
+    """For an UPGRADE_PROTOCOL: why this code could not judge the log after it, or None."""
+    if commit.operation is not Operation.UPGRADE_PROTOCOL or commit.protocol is None:
+        return None
+    return protocol.unsupported(commit.protocol)
+
+
 # ---------------------------------------------------------------------------- judging
 
 
 def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
-    """The verdict on ``commit`` at ``offset`` given ``state`` = S(offset-1). Pure."""
+    """The verdict on ``commit`` at ``offset`` given ``state`` = S(offset-1). Pure.
+
+    Raises ``UnsupportedProtocol`` for a well-formed upgrade to a protocol this code does
+    not know (and when ``state`` itself is at such a protocol).
+    """
+    protocol.check_supported(state.protocol, state.table, offset)
+    version = state.protocol.version
     cid = commit.commit_id
     original = state.recent_commits.get(cid)
     if original is not None:
@@ -234,7 +457,10 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
             original,
             original,
         )
-    problem = malformation(commit, offset, state.table)
+    problem = malformation(commit, offset, state.table, version)
+    if problem is None and unsupported_upgrade(commit) is not None:
+        protocol.check_supported(commit.protocol or state.protocol, state.table, offset)
+    problem = problem or contextual_malformation(state, commit)
     if problem:
         return Verdict(Outcome.INVALID, offset, cid, Rule.MALFORMED, problem)
     for drop in commit.drops:
@@ -280,6 +506,8 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
                 f"segment {segment.segment_id!r} is already live",
                 live.added_version,
             )
+    if version >= 2 and (verdict := _judge_adds_v2(state, offset, commit)) is not None:
+        return verdict
     if commit.operation is Operation.REPLACE and commit.isolation is Isolation.SERIALIZABLE:
         conflict = _scope_touched_after(state, commit)
         if conflict is not None:
@@ -301,6 +529,47 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
             state.schema_version,
         )
     return Verdict(Outcome.ACCEPTED, offset, cid)
+
+
+def _judge_adds_v2(state: TableState, offset: int, commit: Commit) -> Verdict | None:
+    """Rules 4b-4d (protocol 2): a live path, a dropped id or a column's stats type comes back."""
+    cid = commit.commit_id
+    dropped_here = set(commit.drops)
+    location = state.location
+    for segment in commit.adds:
+        holder = state.paths.get(path_key(segment.path, location))
+        if holder is not None and holder not in dropped_here and holder in state.segments:
+            return Verdict(
+                Outcome.REJECTED,
+                offset,
+                cid,
+                Rule.DUPLICATE_PATH,
+                f"path {segment.path!r} is already live as segment {holder!r}",
+                state.segments[holder].added_version,
+            )
+        dropped_at = state.recently_dropped.get(segment.segment_id)
+        if dropped_at is not None:
+            return Verdict(
+                Outcome.REJECTED,
+                offset,
+                cid,
+                Rule.SEGMENT_ID_REUSED,
+                f"segment {segment.segment_id!r} was dropped at version {dropped_at}; ids never return",
+                dropped_at,
+            )
+        for stats in segment.stats:
+            fixed = state.column_types.get(stats.column)
+            if fixed is not None and fixed[0] is not stats.type:
+                return Verdict(
+                    Outcome.REJECTED,
+                    offset,
+                    cid,
+                    Rule.COLUMN_TYPE_CHANGE,
+                    f"stats of column {stats.column!r} are {fixed[0].value} in this table, "
+                    f"not {stats.type.value}",
+                    fixed[1],
+                )
+    return None
 
 
 def _scope_touched_after(state: TableState, commit: Commit) -> int | None:
@@ -367,19 +636,40 @@ def _count(state: TableState, outcome: Outcome) -> None:
         state.duplicates += 1
 
 
+def fold_accepted(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> None:
+    """Fold a commit already known to be ACCEPTED at ``offset`` (a Redis delta, an archived commit).
+
+    Only records the log judged ACCEPTED change what the rules look at, so an image built
+    from a key frame plus the accepted commits after it judges the next record exactly as
+    a replay would (``version`` is left for the caller to set to the offset covered).
+    """
+    if offset <= state.last_accepted_version:
+        raise ValueError(f"offset {offset} is not after the last accepted {state.last_accepted_version}")
+    _fold(state, offset, timestamp_ms, commit)
+    state.version = max(state.version, offset)
+
+
 def _fold(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> None:
     segments = state.segments
+    location = state.location
     for drop in commit.drops:
         gone = segments.pop(drop).segment
         state.live_bytes -= gone.size_bytes
         state.live_rows -= gone.row_count
         state.partition_touched[gone.partition] = offset
+        key = path_key(gone.path, location)
+        if state.paths.get(key) == drop:
+            del state.paths[key]
         _remember(state.recently_dropped, drop, offset, DROP_MEMORY)
     for segment in commit.adds:
         segments[segment.segment_id] = LiveSegment(segment, offset)
         state.live_bytes += segment.size_bytes
         state.live_rows += segment.row_count
         state.partition_touched[segment.partition] = offset
+        state.paths[path_key(segment.path, location)] = segment.segment_id
+        for stats in segment.stats:
+            if stats.column not in state.column_types:
+                state.column_types[stats.column] = (stats.type, offset)
     if commit.tombstones:
         state.tombstones.extend(Tombstone(t.predicate, offset) for t in commit.tombstones)
         state.last_tombstone_version = offset
@@ -393,6 +683,10 @@ def _fold(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> 
             state.properties.pop(key, None)
         else:
             state.properties[key] = value
+    if commit.protocol is not None:
+        state.protocol = protocol.normalized(commit.protocol)
+    if state.location != location:
+        state.index_paths()
     _remember(state.recent_commits, commit.commit_id, offset, DEDUP_WINDOW)
     state.last_accepted_version = offset
     state.last_accepted_timestamp_ms = timestamp_ms

@@ -6,15 +6,13 @@ deltas, all Arrow); readers see the same API and the same answers from both.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog import codec, keyframe
+from catalog import keyframe
 from catalog.expressions import Predicate, bloom_excludes
 from catalog.frame_view import FrameView
 from catalog.model import BloomFilter, Segment, Tombstone
@@ -91,7 +89,7 @@ class Snapshot:
     def segments(self) -> pa.Table:
         """Live segments, one row each: ids, paths, sizes and typed ``min:``/``max:``/``nulls:`` stats."""
         if self._state is not None:
-            return segments_table(self._state.segments.values())
+            return segments_table(self._state.segments.values(), self._state.stats_types())
         rows = self._view.rows
         return rows.drop_columns(["segment_avro"]) if "segment_avro" in rows.column_names else rows
 
@@ -108,13 +106,7 @@ class Snapshot:
         if rows.num_rows == 0:
             return []
         rows = rows.sort_by("segment_id")
-        schema = keyframe._segment_schema()
-        out = []
-        for raw in rows.column("segment_avro").to_pylist():
-            decoded = fastavro.schemaless_reader(io.BytesIO(raw), schema, None)
-            assert isinstance(decoded, dict)
-            out.append(codec.segment_from_avro(decoded))
-        return out
+        return keyframe.decode_segments(rows.column("segment_avro").to_pylist(), self._view.layout)
 
     def files(self) -> list[str]:
         """Absolute paths / URIs of the live segment files (in no particular order).

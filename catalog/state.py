@@ -13,13 +13,20 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from catalog.model import Segment, Tombstone
+from catalog import locations
+from catalog.model import ColumnType, Protocol, Segment, Tombstone
 
 DEDUP_WINDOW = 20_000
 """How many recent ACCEPTED commit ids are remembered for DUPLICATE detection (rule 1)."""
 
 DROP_MEMORY = 20_000
-"""How many recently dropped segment ids keep the version that dropped them (for errors)."""
+"""How many recently dropped segment ids keep the version that dropped them (rule 3's error;
+from protocol v2 also rule 4c: a dropped id never returns)."""
+
+LOCATION_PROPERTY = "segcat.location"
+"""Table property: the table's root, recorded once when the table is created (protocol v2)."""
+ALLOWED_LOCATIONS_PROPERTY = "segcat.locations.allowed"
+"""Table property: a JSON array of further absolute URIs segments may live under (protocol v2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,30 @@ class TableState:
     rejected: int = 0
     invalid: int = 0
     duplicates: int = 0
+    protocol: Protocol = field(default_factory=Protocol)
+    """The rules version (and features) the next record is judged by; 1 until an UPGRADE_PROTOCOL."""
+    column_types: dict[str, tuple[ColumnType, int]] = field(default_factory=dict)
+    """Stats column → (type, version that fixed it): the first accepted segment with stats decides."""
+    paths: dict[str, str] = field(default_factory=dict)
+    """``path_key`` of each live segment's path → its segment_id; derived from ``segments`` and the
+    location, never stored (rule 4b)."""
+
+    def __post_init__(self) -> None:
+        if self.segments and not self.paths:
+            self.index_paths()
+
+    def index_paths(self) -> None:
+        """Rebuild ``paths`` from ``segments`` (after loading a key frame or recording a location)."""
+        location = self.location
+        self.paths = {path_key(live.segment.path, location): sid for sid, live in self.segments.items()}
+
+    def stats_types(self) -> dict[str, ColumnType]:
+        return {column: kind for column, (kind, _) in self.column_types.items()}
+
+    @property
+    def location(self) -> str | None:
+        """Where the table's data lives (the ``segcat.location`` property), if recorded."""
+        return self.properties.get(LOCATION_PROPERTY)
 
     def copy(self) -> TableState:
         return TableState(
@@ -80,6 +111,9 @@ class TableState:
             rejected=self.rejected,
             invalid=self.invalid,
             duplicates=self.duplicates,
+            protocol=self.protocol,
+            column_types=dict(self.column_types),
+            paths=dict(self.paths),
         )
 
     @property
@@ -103,4 +137,12 @@ class TableState:
         digest.update(
             json.dumps([self.schema_version, self.schema, sorted(self.properties.items())]).encode()
         )
+        digest.update(json.dumps([self.protocol.version, list(self.protocol.features)]).encode())
         return digest.hexdigest()
+
+
+def path_key(path: str, location: str | None) -> str:
+    """One spelling per file: relative paths resolved under ``location``, URIs canonicalised."""
+    if locations.is_absolute_uri(path):
+        return locations.canonical(path)
+    return path if location is None else locations.canonical(locations.resolve(location, path))
