@@ -1,21 +1,64 @@
 """librdkafka client configs: the project's defaults under the user's passthrough settings.
 
 Defaults that the protocol depends on (idempotence, acks=all) are forced; everything
-else, security included, comes from ``Config.kafka`` untouched.
+else, security included, comes from ``Config.kafka`` untouched. Those passthrough
+settings are checked by librdkafka itself once per process before the first client is
+built, so a misspelt ``SEGCAT_KAFKA_SECURITY_PROTOKOL`` fails as a ``ConfigError`` naming
+the variable instead of a ``KafkaException`` from deep inside a writer or a reader.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import uuid
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException, Producer
+
 from catalog.config import Config
+from catalog.errors import ConfigError
 
 _librdkafka_log = logging.getLogger("segcat.librdkafka")
+_quiet_log = logging.getLogger("segcat.librdkafka.check")
+_quiet_log.addHandler(logging.NullHandler())
+_quiet_log.propagate = False
+_PROPERTY = re.compile(r'property:? "([^"]+)"')
+
+
+def check_kafka_settings(config: Config) -> None:
+    """Raise ``ConfigError`` when librdkafka refuses one of the user's passthrough settings."""
+    if not config.kafka:
+        return
+    problem = _librdkafka_refuses(tuple(sorted(config.kafka.items())))
+    if problem is None:
+        return
+    match = _PROPERTY.search(problem)
+    named = match.group(1) if match else None
+    if named is not None and named in config.kafka:
+        origin = config.kafka_origins.get(named, f"Kafka setting {named!r}")
+        raise ConfigError(
+            f"{origin} (librdkafka setting {named}={config.kafka[named]!r}) is refused: {problem}; "
+            "fix or remove it (librdkafka's CONFIGURATION.md lists the settings)"
+        )
+    origins = ", ".join(config.kafka_origins.get(key, key) for key in sorted(config.kafka))
+    raise ConfigError(f"librdkafka refuses the Kafka settings ({origins}): {problem}")
+
+
+@functools.lru_cache(maxsize=32)
+def _librdkafka_refuses(settings: tuple[tuple[str, str], ...]) -> str | None:
+    """librdkafka's complaint about ``settings``, from a client that never connects (no bootstrap)."""
+    try:
+        Producer({**dict(settings), "logger": _quiet_log})
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        return err.str() if isinstance(err, KafkaError) else str(exc)
+    return None
 
 
 def _base(config: Config) -> dict[str, Any]:
+    check_kafka_settings(config)
     return {"logger": _librdkafka_log, **config.kafka_client_config()}
 
 

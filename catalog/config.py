@@ -7,6 +7,7 @@ file named by ``SEGCAT_CONFIG``), and any librdkafka setting passes through unto
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -63,72 +64,77 @@ class Config:
     metrics_port: int = 9464
     metrics_addr: str = "127.0.0.1"
     """Where /metrics listens (0.0.0.0 inside a container)."""
+    kafka_origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Where each ``kafka`` setting came from (an env var, a TOML key), for error messages."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> Config:
-        """Build the config: defaults < TOML file (``SEGCAT_CONFIG`` or ``path``) < environment."""
+        """Build the config: defaults < TOML file (``SEGCAT_CONFIG`` or ``path``) < environment.
+
+        Every value is checked here, so a typo or a wrong type fails at once with a
+        ``ConfigError`` naming the variable or key, not later inside a client library.
+        """
         env = os.environ if env is None else env
         toml_path = path or env.get("SEGCAT_CONFIG")
-        data: dict[str, Any] = {}
-        if toml_path:
-            try:
-                data = tomllib.loads(Path(toml_path).read_text())
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"cannot read config file {toml_path}: {exc}") from exc
-        home = Path(env.get("SEGCAT_HOME") or data.get("home") or ".segcat").absolute()
-        stack_data = dict(data.get("stack", {}))
+        data = _read_toml(Path(toml_path)) if toml_path else {}
+        src = _Settings(env, data, str(toml_path))
+        src.refuse_unknown(data, _TOP_KEYS, "")
+        stack_data = src.table("stack")
+        src.refuse_unknown(stack_data, _STACK_KEYS, "stack")
+        home = Path(src.text("SEGCAT_HOME", "home", ".segcat")).absolute()
         stack = StackSettings(
             home=home,
-            kafka_version=str(env.get("SEGCAT_KAFKA_VERSION") or stack_data.get("kafka_version", "4.1.1")),
-            kafka_port=_int(env, "SEGCAT_STACK_KAFKA_PORT", stack_data.get("kafka_port", DEFAULT_KAFKA_PORT)),
-            kafka_controller_port=_int(
-                env,
-                "SEGCAT_STACK_KAFKA_CONTROLLER_PORT",
-                stack_data.get("kafka_controller_port", DEFAULT_KAFKA_CONTROLLER_PORT),
+            kafka_version=src.text("SEGCAT_KAFKA_VERSION", "kafka_version", "4.1.1", section="stack"),
+            kafka_port=src.integer(
+                "SEGCAT_STACK_KAFKA_PORT", "kafka_port", DEFAULT_KAFKA_PORT, 1, 65535, "stack"
             ),
-            kafka_heap=str(stack_data.get("kafka_heap", "512m")),
-            redis_port=_int(env, "SEGCAT_STACK_REDIS_PORT", stack_data.get("redis_port", DEFAULT_REDIS_PORT)),
-            start_timeout_s=float(stack_data.get("start_timeout_s", 120.0)),
+            kafka_controller_port=src.integer(
+                "SEGCAT_STACK_KAFKA_CONTROLLER_PORT",
+                "kafka_controller_port",
+                DEFAULT_KAFKA_CONTROLLER_PORT,
+                1,
+                65535,
+                "stack",
+            ),
+            kafka_heap=src.text(None, "kafka_heap", "512m", section="stack"),
+            redis_port=src.integer(
+                "SEGCAT_STACK_REDIS_PORT", "redis_port", DEFAULT_REDIS_PORT, 1, 65535, "stack"
+            ),
+            start_timeout_s=src.number(None, "start_timeout_s", 120.0, 1.0, 3600.0, "stack"),
         )
-        kafka_cfg = {str(k): str(v) for k, v in dict(data.get("kafka", {})).items()}
-        for key, value in env.items():
-            if key.startswith(_KAFKA_ENV_PREFIX) and key not in _RESERVED_KAFKA_ENV:
-                kafka_cfg[key[len(_KAFKA_ENV_PREFIX) :].lower().replace("_", ".")] = value
-        bootstrap = (
-            env.get("SEGCAT_BOOTSTRAP_SERVERS")
-            or data.get("bootstrap_servers")
-            or f"127.0.0.1:{stack.kafka_port}"
-        )
-        redis_url = (
-            env.get("SEGCAT_REDIS_URL") or data.get("redis_url") or f"redis://127.0.0.1:{stack.redis_port}/0"
-        )
-        warehouse = env.get("SEGCAT_WAREHOUSE") or data.get("warehouse") or str(home / "warehouse")
+        kafka_cfg, origins = src.kafka()
+        redis_url = src.text("SEGCAT_REDIS_URL", "redis_url", f"redis://127.0.0.1:{stack.redis_port}/0")
+        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(
+                f"{src.origin('SEGCAT_REDIS_URL', 'redis_url')} must start with redis://, rediss:// or unix://"
+            )
         return cls(
-            bootstrap_servers=str(bootstrap),
-            redis_url=str(redis_url),
-            warehouse=str(warehouse),
+            bootstrap_servers=src.text(
+                "SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers", f"127.0.0.1:{stack.kafka_port}"
+            ),
+            redis_url=redis_url,
+            warehouse=src.text("SEGCAT_WAREHOUSE", "warehouse", str(home / "warehouse")),
             stack=stack,
             kafka=kafka_cfg,
-            replication_factor=_int(env, "SEGCAT_REPLICATION_FACTOR", data.get("replication_factor", 1)),
-            min_insync_replicas=_int(env, "SEGCAT_MIN_INSYNC_REPLICAS", data.get("min_insync_replicas", 1)),
-            request_timeout_s=float(
-                env.get("SEGCAT_REQUEST_TIMEOUT_S") or data.get("request_timeout_s", 30.0)
+            kafka_origins=origins,
+            replication_factor=src.integer("SEGCAT_REPLICATION_FACTOR", "replication_factor", 1, 1, 32767),
+            min_insync_replicas=src.integer("SEGCAT_MIN_INSYNC_REPLICAS", "min_insync_replicas", 1, 1, 32767),
+            request_timeout_s=src.number("SEGCAT_REQUEST_TIMEOUT_S", "request_timeout_s", 30.0, 0.1, 300.0),
+            redis_username=src.optional_text("SEGCAT_REDIS_USERNAME", "redis_username"),
+            redis_password=src.optional_text("SEGCAT_REDIS_PASSWORD", "redis_password"),
+            s3_endpoint=src.optional_text("SEGCAT_S3_ENDPOINT", "s3_endpoint"),
+            s3_region=src.optional_text("SEGCAT_S3_REGION", "s3_region"),
+            keyframe_every_commits=src.integer(
+                "SEGCAT_KEYFRAME_EVERY_COMMITS", "keyframe_every_commits", 1_000, 1, 2**31 - 1
             ),
-            redis_username=env.get("SEGCAT_REDIS_USERNAME") or data.get("redis_username"),
-            redis_password=env.get("SEGCAT_REDIS_PASSWORD") or data.get("redis_password"),
-            s3_endpoint=env.get("SEGCAT_S3_ENDPOINT") or data.get("s3_endpoint"),
-            s3_region=env.get("SEGCAT_S3_REGION") or data.get("s3_region"),
-            keyframe_every_commits=_int(
-                env, "SEGCAT_KEYFRAME_EVERY_COMMITS", data.get("keyframe_every_commits", 1_000)
+            keyframe_every_seconds=src.number(
+                "SEGCAT_KEYFRAME_EVERY_SECONDS", "keyframe_every_seconds", 60.0, 0.001, 365 * 86_400.0
             ),
-            keyframe_every_seconds=float(
-                env.get("SEGCAT_KEYFRAME_EVERY_SECONDS") or data.get("keyframe_every_seconds", 60.0)
+            keyframe_every_bytes=src.integer(
+                "SEGCAT_KEYFRAME_EVERY_BYTES", "keyframe_every_bytes", 8 * 1024 * 1024, 1, 2**63 - 1
             ),
-            keyframe_every_bytes=_int(
-                env, "SEGCAT_KEYFRAME_EVERY_BYTES", data.get("keyframe_every_bytes", 8 * 1024 * 1024)
-            ),
-            metrics_port=_int(env, "SEGCAT_METRICS_PORT", data.get("metrics_port", 9464)),
-            metrics_addr=str(env.get("SEGCAT_METRICS_ADDR") or data.get("metrics_addr", "127.0.0.1")),
+            metrics_port=src.integer("SEGCAT_METRICS_PORT", "metrics_port", 9464, 0, 65535),
+            metrics_addr=src.text("SEGCAT_METRICS_ADDR", "metrics_addr", "127.0.0.1"),
         )
 
     def with_services(self, bootstrap_servers: str, redis_url: str) -> Config:
@@ -141,11 +147,188 @@ class Config:
 
 
 _RESERVED_KAFKA_ENV = {"SEGCAT_KAFKA_VERSION"}
+"""``SEGCAT_KAFKA_*`` variables that are segcat's own, not librdkafka settings."""
+
+_TOP_KEYS = (
+    "home",
+    "bootstrap_servers",
+    "redis_url",
+    "warehouse",
+    "kafka",
+    "stack",
+    "replication_factor",
+    "min_insync_replicas",
+    "request_timeout_s",
+    "redis_username",
+    "redis_password",
+    "s3_endpoint",
+    "s3_region",
+    "keyframe_every_commits",
+    "keyframe_every_seconds",
+    "keyframe_every_bytes",
+    "metrics_port",
+    "metrics_addr",
+)
+_STACK_KEYS = (
+    "kafka_version",
+    "kafka_port",
+    "kafka_controller_port",
+    "kafka_heap",
+    "redis_port",
+    "start_timeout_s",
+)
 
 
-def _int(env: Mapping[str, str], key: str, default: Any) -> int:
-    raw = env.get(key)
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return int(raw) if raw else int(default)
-    except ValueError as exc:
-        raise ConfigError(f"{key} must be an integer, got {raw!r}") from exc
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def _toml_kind(value: object) -> str:
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+class _Settings:
+    """One value at a time from the environment (non-empty wins) or the TOML file, checked and typed.
+
+    Errors name where the bad value came from: the variable, or the key and the file.
+    """
+
+    def __init__(self, env: Mapping[str, str], data: Mapping[str, Any], path: str) -> None:
+        self._env = env
+        self._data = data
+        self._path = path
+
+    def origin(self, env_key: str | None, toml_key: str, section: str | None = None) -> str:
+        if env_key and self._env.get(env_key):
+            return env_key
+        where = f"[{section}] {toml_key}" if section else toml_key
+        return f"{where!r} in {self._path}" if self._in_toml(toml_key, section) else (env_key or where)
+
+    def _in_toml(self, key: str, section: str | None) -> bool:
+        return key in (self.table(section) if section else self._data)
+
+    def refuse_unknown(self, data: Mapping[str, Any], known: tuple[str, ...], section: str) -> None:
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            where = f"[{section}] of " if section else ""
+            raise ConfigError(
+                f"unknown key {', '.join(repr(k) for k in unknown)} in {where}config file {self._path} "
+                f"(known: {', '.join(known)})"
+            )
+
+    def table(self, key: str) -> dict[str, Any]:
+        value = self._data.get(key, {})
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"{key!r} in {self._path} must be a table ([{key}] followed by key = value lines), "
+                f"not {_toml_kind(value)}"
+            )
+        return value
+
+    def _raw(self, env_key: str | None, toml_key: str, section: str | None) -> tuple[object, bool] | None:
+        if env_key and self._env.get(env_key):
+            return self._env[env_key], True
+        source = self.table(section) if section else self._data
+        return (source[toml_key], False) if toml_key in source else None
+
+    def text(self, env_key: str | None, toml_key: str, default: str, section: str | None = None) -> str:
+        value = self.optional_text(env_key, toml_key, section)
+        return default if value is None else value
+
+    def optional_text(self, env_key: str | None, toml_key: str, section: str | None = None) -> str | None:
+        found = self._raw(env_key, toml_key, section)
+        if found is None:
+            return None
+        value, _ = found
+        if not isinstance(value, str) or not value.strip():
+            shown = "empty" if isinstance(value, str) else _toml_kind(value)
+            raise ConfigError(
+                f"{self.origin(env_key, toml_key, section)} must be a non-empty string, not {shown}"
+            )
+        return value
+
+    def integer(
+        self, env_key: str | None, toml_key: str, default: int, lo: int, hi: int, section: str | None = None
+    ) -> int:
+        found = self._raw(env_key, toml_key, section)
+        if found is None:
+            return default
+        value, from_env = found
+        where = self.origin(env_key, toml_key, section)
+        if from_env:
+            try:
+                number = int(str(value).strip())
+            except ValueError:
+                raise ConfigError(f"{where} must be an integer, got {str(value)[:40]!r}") from None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            raise ConfigError(f"{where} must be an integer, not {_toml_kind(value)}")
+        if not lo <= number <= hi:
+            raise ConfigError(f"{where} must be between {lo} and {hi}, got {number}")
+        return number
+
+    def number(
+        self,
+        env_key: str | None,
+        toml_key: str,
+        default: float,
+        lo: float,
+        hi: float,
+        section: str | None = None,
+    ) -> float:
+        found = self._raw(env_key, toml_key, section)
+        if found is None:
+            return default
+        value, from_env = found
+        where = self.origin(env_key, toml_key, section)
+        if from_env:
+            try:
+                number = float(str(value).strip())
+            except ValueError:
+                raise ConfigError(f"{where} must be a number of seconds, got {str(value)[:40]!r}") from None
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value)
+        else:
+            raise ConfigError(f"{where} must be a number, not {_toml_kind(value)}")
+        if not (math.isfinite(number) and lo <= number <= hi):
+            raise ConfigError(f"{where} must be between {lo:g} and {hi:g}, got {value!s:.40}")
+        return number
+
+    def kafka(self) -> tuple[dict[str, str], dict[str, str]]:
+        """librdkafka settings from ``[kafka]`` (dotted keys may nest) and ``SEGCAT_KAFKA_<KEY>``."""
+        settings: dict[str, str] = {}
+        origins: dict[str, str] = {}
+        pending: list[tuple[str, object]] = list(self.table("kafka").items())
+        while pending:
+            key, value = pending.pop()
+            if isinstance(value, dict):  # `security.protocol = "x"` unquoted is a nested table in TOML
+                pending.extend((f"{key}.{k}", v) for k, v in value.items())
+                continue
+            origin = f"{'[kafka] ' + key!r} in {self._path}"
+            if isinstance(value, bool):
+                settings[key] = "true" if value else "false"
+            elif isinstance(value, str | int | float):
+                settings[key] = str(value)
+            else:
+                raise ConfigError(f"{origin} must be a string, number or boolean, not {_toml_kind(value)}")
+            origins[key] = origin
+        for env_key, value in self._env.items():
+            if env_key.startswith(_KAFKA_ENV_PREFIX) and env_key not in _RESERVED_KAFKA_ENV:
+                key = env_key[len(_KAFKA_ENV_PREFIX) :].lower().replace("_", ".")
+                if not key:
+                    raise ConfigError(f"{env_key} names no librdkafka setting (SEGCAT_KAFKA_<KEY>)")
+                settings[key] = value
+                origins[key] = env_key
+        return settings, origins

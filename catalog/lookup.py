@@ -1,9 +1,10 @@
-"""The reader's lookup chain (DESIGN §6): Redis → object storage → Kafka, each a fallback.
+"""The reader's lookup chain (docs/PROTOCOL.md §6): Redis → object storage → Kafka, each a fallback.
 
 Every step returns a ``FrameView`` covering the log up to some offset, or None when it
 cannot answer; the next step picks up from there. Kafka is the arbiter: records the
 materializer has not judged yet are judged here by the same rules, on a light image
-rebuilt from the key frame.
+rebuilt from the key frame (plus the accepted deltas Redis already holds), so a reader
+that names a version gets exactly that version even while the materializer lags.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from catalog import codec, keyframe
+from catalog import codec, keyframe, protocol, rules
 from catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame, DecodeError, ServiceUnavailable
 from catalog.frame_view import AcceptedCommit, FrameView
 from catalog.logreader import LogReader
@@ -29,6 +30,10 @@ log = logging.getLogger("segcat.reader")
 class Found:
     frame: FrameView
     origin: str
+    keyframe: keyframe.KeyFrame | None = None
+    """Where ``frame`` started: a Kafka tail rebuilds its judging image from this ..."""
+    accepted: tuple[AcceptedCommit, ...] = ()
+    """... plus these accepted commits after it (Redis deltas), up to ``frame.offset``."""
 
 
 def _decode(value: bytes) -> Commit | None:
@@ -48,7 +53,8 @@ def from_redis(redis: RedisStore, table: str, bound: int | None) -> Found | None
     if loaded.head is None or loaded.keyframe is None or not loaded.complete:
         return None
     try:
-        frame = FrameView.from_keyframe(keyframe.from_ipc(loaded.keyframe, verified_bytes=True))
+        start = keyframe.from_ipc(loaded.keyframe, verified_bytes=True)
+        frame = FrameView.from_keyframe(start)
     except CorruptKeyFrame as exc:
         log.warning("corrupt key frame in redis", extra={"table": table, "reason": str(exc)})
         return None
@@ -64,7 +70,9 @@ def from_redis(redis: RedisStore, table: str, bound: int | None) -> Found | None
         commits.append((delta.version, delta.timestamp_ms, commit))
     head_offset = loaded.head.offset
     reach = head_offset if bound is None else min(bound, head_offset)
-    return Found(frame.apply(commits, offset=max(reach, frame.offset)), "redis")
+    protocol.check_supported(frame.protocol, table)
+    view = frame.apply(commits, offset=max(reach, frame.offset))
+    return Found(view, "redis", start, tuple(commits))
 
 
 def from_object_store(files: TableFiles, bound: int | None) -> tuple[Found | None, keyframe.KeyFrame | None]:
@@ -80,8 +88,9 @@ def from_object_store(files: TableFiles, bound: int | None) -> tuple[Found | Non
     if frame is None:
         return None, None
     view = FrameView.from_keyframe(frame)
+    protocol.check_supported(view.protocol, files.name.qualified)
     if bound is None or bound <= view.offset:
-        return Found(view, "object-store"), frame
+        return Found(view, "object-store", frame), frame
     commits: list[AcceptedCommit] = []
     try:
         for archived in files.archives_between(view.version, bound):
@@ -90,20 +99,33 @@ def from_object_store(files: TableFiles, bound: int | None) -> tuple[Found | Non
                 raise CorruptArchive(f"undecodable commit at version {archived.version}")
             commits.append((archived.version, archived.timestamp_ms, commit))
     except (ArchiveGap, CorruptArchive, OSError):
-        return Found(view, "object-store"), frame  # the rest comes from Kafka
+        commits = []  # the rest comes from Kafka
     reach = commits[-1][0] if commits else view.offset
-    return Found(view.apply(commits, offset=reach), "object-store"), frame
+    return Found(view.apply(commits, offset=reach), "object-store", frame, tuple(commits)), frame
+
+
+def judging_image(found: Found, table: str) -> TableState:
+    """The image the rules need at ``found.frame.offset``: key frame (light) + accepted commits."""
+    state = keyframe.light_state(found.keyframe) if found.keyframe is not None else TableState(table)
+    for version, timestamp_ms, commit in found.accepted:
+        if version > state.version:
+            rules.fold_accepted(state, version, timestamp_ms, commit)
+    state.version = max(state.version, found.frame.offset)
+    return state
 
 
 def kafka_tail(
-    reader: LogReader, start: keyframe.KeyFrame | None, table: str, after: int, bound: int | None
+    reader: LogReader, start: keyframe.KeyFrame | TableState | None, table: str, after: int, bound: int | None
 ) -> tuple[list[AcceptedCommit], int]:
     """Judge the log records after ``start`` up to ``bound``; the accepted ones after ``after``.
 
-    Returns them with the last offset read. The image comes from the key frame (light:
-    no stats needed to judge) or from the empty table.
+    Returns them with the last offset read. The image is ``start`` itself (a judging image),
+    a key frame's light image (no stats needed to judge) or the empty table.
     """
-    state = keyframe.light_state(start) if start is not None else TableState(table)
+    if isinstance(start, TableState):
+        state = start
+    else:
+        state = keyframe.light_state(start) if start is not None else TableState(table)
     accepted: list[AcceptedCommit] = []
 
     def collect(applied: Applied, _: TableState) -> None:

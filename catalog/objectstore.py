@@ -195,6 +195,45 @@ class ObjectStore:
         )
         return sorted(found)
 
+    @property
+    def uses_temp_files(self) -> bool:
+        """Whether ``put`` writes a temp file beside the object (not S3 / GCS: one upload)."""
+        return not isinstance(self._backend.fs, _SINGLE_UPLOAD)
+
+    def remove_stale_temp_files(self, prefix: str, older_than_s: float) -> list[str]:
+        """Delete the temp files under the directory ``prefix`` last written ``older_than_s`` ago.
+
+        A process killed inside ``put`` leaves its temp file behind (listings hide it, so it
+        would stay forever). Only old ones go: a younger one may belong to a ``put`` running
+        right now in another process. Returns the keys removed, relative to the root.
+        """
+        if not self.uses_temp_files:
+            return []
+        check_key(prefix.rstrip("/"), allow_root=True)
+        root = self._backend.root.rstrip("/")
+        base = f"{root}/{prefix.strip('/')}".rstrip("/") if prefix.strip("/") else root
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        try:
+            infos = self._backend.fs.get_file_info(selector)
+        except NotADirectoryError:
+            return []
+        cutoff_ns = time.time_ns() - int(older_than_s * 1e9)
+        removed = []
+        for info in infos:
+            if info.type != pafs.FileType.File or TEMP_MARKER not in info.base_name:
+                continue
+            if info.mtime_ns is None or info.mtime_ns > cutoff_ns:
+                continue
+            try:
+                if self._backend.local:
+                    os.unlink(info.path)
+                else:
+                    self._backend.fs.delete_file(info.path)
+            except FileNotFoundError:
+                continue  # removed meanwhile (its put finished, or another sweeper)
+            removed.append(info.path[len(root) + 1 :])
+        return sorted(removed)
+
     def __repr__(self) -> str:
         return f"ObjectStore({self._uri_prefix!r})"
 

@@ -7,8 +7,10 @@ Reading only the footer keeps this cheap enough to run wherever the file was wri
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
@@ -34,15 +36,44 @@ def column_type(arrow_type: pa.DataType) -> ColumnType:
     return ColumnType.OTHER
 
 
-def _normalise(kind: ColumnType, value: Any) -> StatValue:
+_INT64 = (-(2**63), 2**63 - 1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class _Unknown(Exception):
+    """A footer bound segcat cannot state exactly as a bound: the column gets no stats."""
+
+
+def _bound(kind: ColumnType, value: Any, *, upper: bool) -> StatValue:
+    """A footer min (``upper`` False) or max as a lossless segcat value that still bounds the data.
+
+    Sub-microsecond times round outwards (min down, max up) so the bound stays a bound; a
+    NaN bound (old writers), an INT outside int64 (uint64) or an undecodable value is unknown.
+    """
     if value is None:
         return None
-    if kind is ColumnType.TIMESTAMP and isinstance(value, dt.datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
+    if kind is ColumnType.TIMESTAMP and isinstance(value, dt.datetime):
+        nanos = getattr(value, "nanosecond", 0)
+        if nanos:  # pandas Timestamp: floor / ceil to the microsecond
+            whole = int(value.value) // 1000 + (1 if upper else 0)
+            return _EPOCH + dt.timedelta(microseconds=whole)
+        if hasattr(value, "to_pydatetime"):
+            value = value.to_pydatetime()
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     if kind is ColumnType.INT:
-        return int(value)
+        number = int(value)
+        if not _INT64[0] <= number <= _INT64[1]:
+            raise _Unknown
+        return number
     if kind is ColumnType.FLOAT:
-        return float(value)
+        if isinstance(value, bytes):  # float16: the raw little-endian half
+            if len(value) != 2:
+                raise _Unknown
+            value = np.frombuffer(value, dtype="<f2")[0]
+        number = float(value)
+        if math.isnan(number):
+            raise _Unknown
+        return number
     return value  # type: ignore[no-any-return]
 
 
@@ -55,7 +86,11 @@ def _merge(a: StatValue, b: StatValue, pick: Any) -> StatValue:
 
 
 def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[ColumnStats, ...]:
-    """Per top-level column stats merged over row groups; a column missing stats gets none."""
+    """Per top-level column stats merged over row groups; a column missing stats gets none.
+
+    ``nan_count`` stays None (unknown): a footer does not count NaN, and its min / max skip
+    them. Writers that see the rows (``spark_integration.files``) fill it in.
+    """
     out: list[ColumnStats] = []
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     for index, path in enumerate(names):
@@ -68,18 +103,21 @@ def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[C
         hi: StatValue = None
         nulls = 0
         complete = True
-        for rg in range(metadata.num_row_groups):
-            stats = metadata.row_group(rg).column(index).statistics
-            if stats is None or not stats.has_null_count:
-                complete = False
-                break
-            nulls += stats.null_count
-            if stats.has_min_max:
-                lo = _merge(lo, _normalise(kind, stats.min), min)
-                hi = _merge(hi, _normalise(kind, stats.max), max)
-            elif stats.null_count != metadata.row_group(rg).num_rows:
-                complete = False  # values exist but their bounds are unknown: claim nothing
-                break
+        try:
+            for rg in range(metadata.num_row_groups):
+                stats = metadata.row_group(rg).column(index).statistics
+                if stats is None or not stats.has_null_count:
+                    complete = False
+                    break
+                nulls += stats.null_count
+                if stats.has_min_max:
+                    lo = _merge(lo, _bound(kind, stats.min, upper=False), min)
+                    hi = _merge(hi, _bound(kind, stats.max, upper=True), max)
+                elif stats.null_count != metadata.row_group(rg).num_rows:
+                    complete = False  # values exist but their bounds are unknown: claim nothing
+                    break
+        except (_Unknown, ValueError, TypeError, OverflowError, ArithmeticError, pa.ArrowException):
+            complete = False
         if complete:
             out.append(ColumnStats(path, kind, lo, hi, nulls))
     return tuple(out)

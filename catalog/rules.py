@@ -189,7 +189,8 @@ def _check_stats_v2(stats: ColumnStats, row_count: int) -> str | None:
         return problem
     if stats.type is ColumnType.OTHER and (stats.min is not None or stats.max is not None):
         return f"stats of {stats.column!r} are OTHER: they carry no min or max"
-    if stats.type is ColumnType.FLOAT and any(isinstance(v, float) and math.isnan(v) for v in (stats.min, stats.max)):
+    bounds = (stats.min, stats.max)
+    if stats.type is ColumnType.FLOAT and any(isinstance(v, float) and math.isnan(v) for v in bounds):
         return f"FLOAT stats of {stats.column!r} hold NaN as min or max (count NaN in nan_count)"
     if stats.nan_count is not None:
         if stats.type is not ColumnType.FLOAT:

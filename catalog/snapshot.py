@@ -12,12 +12,13 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from catalog import keyframe
+from catalog import keyframe, locations
+from catalog.errors import UnsafeLocation
 from catalog.expressions import Predicate, bloom_excludes
 from catalog.frame_view import FrameView
-from catalog.model import BloomFilter, Segment, Tombstone
+from catalog.model import BloomFilter, Protocol, Segment, Tombstone
 from catalog.segments_arrow import segments_table
-from catalog.state import TableState
+from catalog.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,27 @@ class SnapshotDiff:
 class Snapshot:
     """Immutable view of a table as of ``version`` (the last accepted version ≤ the ask)."""
 
-    def __init__(self, source: TableState | FrameView, table_root: str, *, origin: str = "kafka") -> None:
+    def __init__(
+        self,
+        source: TableState | FrameView,
+        table_root: str,
+        *,
+        origin: str = "kafka",
+        note: str | None = None,
+        behind: int | None = 0,
+    ) -> None:
         self._state = source if isinstance(source, TableState) else None
         self._frame = source if isinstance(source, FrameView) else None
-        self._root = table_root.rstrip("/")
+        self._fallback_root = table_root.rstrip("/")
+        self._root = (self.location or table_root).rstrip("/")
         self.origin = origin
-        """Where the answer came from: "redis", "object-store" or "kafka" (replay)."""
+        """Where the answer came from: "redis", "object-store" or "kafka" (replay), or a source
+        followed by "+kafka" when the log past the materialized head was judged here."""
+        self.note = note
+        """Something the caller should know about how the ask was resolved (e.g. an as_of in the future)."""
+        self.behind = behind
+        """How many log records this snapshot trails the log's end by (0 unless asked for a stale
+        read; None: unknown, Kafka did not answer)."""
 
     # ------------------------------------------------------------------ scalars
 
@@ -77,6 +93,33 @@ class Snapshot:
     @property
     def live_bytes(self) -> int:
         return self._state.live_bytes if self._state is not None else self._view.live_bytes
+
+    @property
+    def offset(self) -> int:
+        """The last log offset this snapshot covers (≥ ``version``; records after ``version`` up to
+        here were not accepted)."""
+        return self._state.version if self._state is not None else self._view.offset
+
+    @property
+    def protocol(self) -> Protocol:
+        return self._state.protocol if self._state is not None else self._view.protocol
+
+    @property
+    def location(self) -> str | None:
+        """The table's recorded location (protocol 2), None for a table that never recorded one."""
+        return self.properties.get(LOCATION_PROPERTY)
+
+    @property
+    def root(self) -> str:
+        """Where relative segment paths live: the recorded location, else the configured warehouse's."""
+        return self._root
+
+    @property
+    def allowed_locations(self) -> tuple[str, ...]:
+        try:
+            return locations.parse_allowed(self.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+        except ValueError:
+            return ()
 
     @property
     def _view(self) -> FrameView:
@@ -119,12 +162,22 @@ class Snapshot:
         joined = pc.binary_join_element_wise(pa.scalar(self._root), paths, "/")
         absolute = pc.match_substring(paths, "://")
         if pc.any(absolute).as_py():
+            for path in pc.filter(paths, absolute).to_pylist():
+                self.resolve(path)  # refuses files outside the table's locations
             joined = pc.if_else(absolute, paths, joined)
         out: list[str] = joined.to_pylist()
         return out
 
     def resolve(self, path: str) -> str:
-        return path if "://" in path else f"{self._root}/{path}"
+        """The file a segment path names; ``UnsafeLocation`` when it lies outside the table's root
+        and the locations the table allows (a protocol-1 log may hold such paths: they are
+        never read)."""
+        if not locations.is_absolute_uri(path):
+            return f"{self._root}/{path}"
+        problem = locations.allowed_problem(path, self._root, self.allowed_locations)
+        if problem is not None:
+            raise UnsafeLocation(f"{self.table} version {self.version}: {problem}")
+        return path
 
     def prune(self, predicate: Predicate) -> Snapshot:
         """The same version with only the segments that might hold rows matching ``predicate``.
@@ -153,7 +206,7 @@ class Snapshot:
             pruned.segments = {k: v for k, v in pruned.segments.items() if k in kept_ids}
             pruned.live_rows = sum(v.segment.row_count for v in pruned.segments.values())
             pruned.live_bytes = sum(v.segment.size_bytes for v in pruned.segments.values())
-            return Snapshot(pruned, self._root, origin=self.origin)
+            return Snapshot(pruned, self._fallback_root, origin=self.origin)
         rows = self._view.rows
         rows = rows.filter(
             pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(kept_ids), pa.string()))
@@ -164,7 +217,7 @@ class Snapshot:
             live_rows=pc.sum(rows.column("row_count")).as_py() or 0,
             live_bytes=pc.sum(rows.column("size_bytes")).as_py() or 0,
         )
-        return Snapshot(view, self._root, origin=self.origin)
+        return Snapshot(view, self._fallback_root, origin=self.origin)
 
     def diff(self, other: Snapshot) -> SnapshotDiff:
         """Segments to load (in ``other``, not here) and to unload (here, not in ``other``)."""
@@ -181,4 +234,4 @@ class Snapshot:
         rows = self._view.rows
         wanted = pa.array(sorted(ids), pa.string())
         picked = replace(self._view, rows=rows.filter(pc.is_in(rows.column("segment_id"), value_set=wanted)))
-        return tuple(Snapshot(picked, self._root).segment_list())
+        return tuple(Snapshot(picked, self._fallback_root).segment_list())

@@ -47,6 +47,16 @@ class ArchiveRef:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyFrameSearch:
+    """The outcome of looking for the newest valid key frame."""
+
+    frame: KeyFrame | None
+    """The newest frame that loaded, or None (replay from the start)."""
+    failed: tuple[int, ...]
+    """Versions that were read and refused (missing or corrupt), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
 class Latest:
     version: int
     path: str
@@ -156,26 +166,41 @@ class TableFiles:
         newest first; corrupt or missing ones are skipped with a structured warning. None
         means: replay from the start of the log (or the archives).
         """
-        tried: set[int] = set()
+        return self.find_newest_valid_keyframe(at_most).frame
+
+    def find_newest_valid_keyframe(self, at_most: int | None = None) -> KeyFrameSearch:
+        """``newest_valid_keyframe`` plus the versions that were tried and failed to load.
+
+        Only frames really read and refused count as failed (a materializer rewrites exactly
+        those); frames never tried, e.g. newer than a valid ``_latest``, are not in the list.
+        """
+        failed: list[int] = []
         pointer = self._read_latest()
         if pointer is not None and (at_most is None or pointer.version <= at_most):
             try:
                 data = self.store.get(pointer.path)
                 if hashlib.sha256(data).hexdigest() == pointer.sha256:
-                    return self._decode_keyframe(pointer.version, data)
+                    return KeyFrameSearch(self._decode_keyframe(pointer.version, data), ())
                 # Damaged, or rewritten with other bytes: the listing pass judges the object itself.
                 self._warn("latest_mismatch", pointer.version, pointer.path, "sha256 differs from _latest")
             except (FileNotFoundError, CorruptKeyFrame) as exc:
-                tried.add(pointer.version)
+                failed.append(pointer.version)
                 self._warn("keyframe_skipped", pointer.version, pointer.path, f"via _latest: {exc}")
         for version in reversed(self.keyframe_versions()):
-            if version in tried or (at_most is not None and version > at_most):
+            if version in failed or (at_most is not None and version > at_most):
                 continue
             try:
-                return self.read_keyframe(version)
+                return KeyFrameSearch(self.read_keyframe(version), tuple(sorted(failed)))
             except (FileNotFoundError, CorruptKeyFrame) as exc:
+                failed.append(version)
                 self._warn("keyframe_skipped", version, self.keyframe_path(version), str(exc))
-        return None
+        return KeyFrameSearch(None, tuple(sorted(failed)))
+
+    # ------------------------------------------------------------------ temp files
+
+    def remove_stale_temp_files(self, older_than_s: float) -> list[str]:
+        """Delete temp files a killed writer left under this table's ``_catalog/`` (and nowhere else)."""
+        return self.store.remove_stale_temp_files(self.base, older_than_s)
 
     # ------------------------------------------------------------------ commit archives
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from confluent_kafka.cimpl import NewTopic
 from catalog.clients import admin_config
 from catalog.config import Config
 from catalog.errors import (
+    ConfigError,
+    InvalidArgument,
     InvalidTableName,
     MisconfiguredTable,
     ServiceUnavailable,
@@ -23,6 +26,10 @@ from catalog.errors import (
 from catalog.names import TOPIC_PREFIX, TableName
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MIN_MAX_MESSAGE_BYTES = 64 * 1024
+"""Below this even a modest commit (a few hundred segments with stats) cannot be written."""
+MAX_MAX_MESSAGE_BYTES = 2**31 - 1
+"""Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
 
 
@@ -50,10 +57,14 @@ class TopicAdmin:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._admin = AdminClient(admin_config(config))
+        try:
+            self._admin = AdminClient(admin_config(config))
+        except KafkaException as exc:  # settings librdkafka refuses only when it builds the client
+            raise ConfigError(f"cannot build a Kafka client from the configuration: {exc}") from exc
         self._timeout = config.request_timeout_s
 
     def create(self, name: TableName, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> TopicInfo:
+        check_max_message_bytes(max_message_bytes)
         topic = NewTopic(
             name.topic,
             num_partitions=1,
@@ -72,7 +83,9 @@ class TopicAdmin:
                     f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
                     "a table whose name differs only in those collides with an existing one)"
                 ) from exc
-            raise ServiceUnavailable(f"could not create topic {name.topic}: {exc}") from exc
+            raise ServiceUnavailable(
+                f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
         # creation is acknowledged before every broker's metadata shows the topic: wait for it
         deadline = time.monotonic() + self._timeout
         while True:
@@ -99,7 +112,9 @@ class TopicAdmin:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
             entries = futures[resource].result(timeout=self._timeout)
         except KafkaException as exc:
-            raise ServiceUnavailable(f"cannot read the config of {name.topic}: {exc}") from exc
+            raise ServiceUnavailable(
+                f"cannot read the config of {name.topic}: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
         settings = {key: entry.value for key, entry in entries.items() if entry.value is not None}
         if partitions != 1:
             raise MisconfiguredTable(
@@ -141,6 +156,47 @@ class TopicAdmin:
             return self._admin.list_topics(topic=topic, timeout=self._timeout)
         except KafkaException as exc:
             raise ServiceUnavailable(
-                f"Kafka at {self._config.bootstrap_servers} did not answer: {exc}; "
-                "start it with `segcat stack up` or set SEGCAT_BOOTSTRAP_SERVERS"
+                f"Kafka at {self._config.bootstrap_servers} did not answer within "
+                f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
             ) from exc
+
+
+def check_max_message_bytes(value: int) -> int:
+    """A topic's ``max.message.bytes`` must hold real commits and fit Kafka's int32."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"max_message_bytes must be an integer, not {type(value).__name__}")
+    if not MIN_MAX_MESSAGE_BYTES <= value <= MAX_MAX_MESSAGE_BYTES:
+        raise InvalidArgument(
+            f"max_message_bytes {value} is outside [{MIN_MAX_MESSAGE_BYTES}, {MAX_MAX_MESSAGE_BYTES}]: below "
+            f"64 KiB most commits would not fit (the default is {DEFAULT_MAX_MESSAGE_BYTES})"
+        )
+    return value
+
+
+def unreachable_hint(config: Config) -> str:
+    """What to check when Kafka does not answer, without guessing wrong.
+
+    Only when the address is the local stack's and nothing listens there does starting the
+    stack help; a broker that accepts connections but not our handshake (SASL against a
+    plaintext listener, TLS mismatch) needs its security settings checked instead.
+    """
+    local = {f"127.0.0.1:{config.stack.kafka_port}", f"localhost:{config.stack.kafka_port}"}
+    if config.bootstrap_servers in local and _refused(config.bootstrap_servers):
+        return "nothing listens there: start the local stack with `segcat stack up` (or set SEGCAT_BOOTSTRAP_SERVERS)"
+    protocol = config.kafka.get("security.protocol", "PLAINTEXT (the default)")
+    return (
+        f"check that the broker runs and that SEGCAT_BOOTSTRAP_SERVERS is right, and that security.protocol "
+        f"({protocol}) and the sasl.* / ssl.* settings (SEGCAT_KAFKA_*) match the broker's listener"
+    )
+
+
+def _refused(address: str) -> bool:
+    """Whether connecting to ``host:port`` is actively refused (nothing listens)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False

@@ -1,8 +1,8 @@
-"""Prometheus metrics of the materializer (scraped from ``--metrics-port``)."""
+"""Prometheus metrics of the materializer (served on ``/metrics`` by ``materializer.endpoints``)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry()
 
@@ -56,9 +56,26 @@ REDIS_ERRORS = Counter(
     ["table"],
     registry=REGISTRY,
 )
-
-
-def serve(port: int, addr: str = "127.0.0.1") -> None:
-    """Expose /metrics on ``addr:port`` (port 0 = don't serve)."""
-    if port:
-        start_http_server(port, addr=addr, registry=REGISTRY)
+REDIS_AVAILABLE = Gauge(
+    "segcat_materializer_redis_available",
+    "1 while Redis answers, 0 while the materializer backs off from it",
+    registry=REGISTRY,
+)
+TABLE_PARKED = Gauge(
+    "segcat_materializer_table_parked",
+    "1 while the table is parked after a failure (its partition paused, retried with back-off)",
+    ["table"],
+    registry=REGISTRY,
+)
+TABLE_FAILURES = Counter(
+    "segcat_materializer_table_failures_total",
+    "Failures that parked a table, by the stage that failed",
+    ["table", "stage"],
+    registry=REGISTRY,
+)
+KAFKA_ERRORS = Counter(
+    "segcat_materializer_kafka_errors_total",
+    "Client-level errors reported by librdkafka, by error name",
+    ["error"],
+    registry=REGISTRY,
+)

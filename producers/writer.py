@@ -16,11 +16,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from catalog import codec, rules
+from catalog import codec, locations, protocol, rules
 from catalog.clients import producer_config
+from catalog.commit_types import id_collection, type_problem
 from catalog.config import Config
 from catalog.errors import (
     CommitConflict,
@@ -29,12 +31,15 @@ from catalog.errors import (
     MalformedCommit,
     ServiceUnavailable,
 )
-from catalog.model import Commit, Isolation, Operation, Segment, Tombstone
+from catalog.expressions import Predicate
+from catalog.model import Commit, Isolation, Operation, Protocol, Segment, Tombstone
 from catalog.names import TableName, table_name
 from catalog.objectstore import ObjectStore
+from catalog.predicate_parser import to_sql
 from catalog.replay import Applied, Listener
 from catalog.rules import Outcome, Verdict
-from catalog.state import TableState
+from catalog.state import ALLOWED_LOCATIONS_PROPERTY, TableState
+from catalog.table import table_root
 from catalog.table_files import TableFiles
 from catalog.tailer import LogTailer
 from catalog.topics import TopicAdmin
@@ -55,6 +60,45 @@ def _starting_state(config: Config, name: TableName) -> TableState | None:
         log.warning("object storage unavailable; replaying from offset 0", extra={"error": str(exc)})
         return None
     return None if frame is None else frame.state()
+
+
+def _collection(value: Iterable[Any], what: str) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes | Segment | Predicate):
+        raise TypeError(f"{what} must be a collection, not a single {type(value).__name__}")
+    try:
+        return tuple(value)
+    except TypeError as exc:
+        raise TypeError(f"{what} must be a collection, not {type(value).__name__}") from exc
+
+
+def _segments(adds: Iterable[Segment]) -> tuple[Segment, ...]:
+    items = _collection(adds, "adds")
+    for i, item in enumerate(items):
+        if not isinstance(item, Segment):
+            raise TypeError(f"adds[{i}] must be a Segment, not {type(item).__name__}")
+    return items
+
+
+def _tombstone(predicate: str | Predicate) -> Tombstone:
+    if isinstance(predicate, Predicate):
+        return Tombstone(to_sql(predicate))
+    if not isinstance(predicate, str):
+        raise TypeError(f"a tombstone is a predicate (text or expression), not {type(predicate).__name__}")
+    return Tombstone(predicate)
+
+
+def _outside_root(commit: Commit, root: str, state: TableState) -> str | None:
+    """Writer policy for every protocol: absolute paths only under the root or allowed locations."""
+    try:
+        allowed = locations.parse_allowed(state.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+    except ValueError:
+        allowed = ()
+    for segment in commit.adds:
+        if locations.is_absolute_uri(segment.path) and (
+            problem := locations.allowed_problem(segment.path, root, allowed)
+        ):
+            return problem
+    return None
 
 
 def default_writer_id() -> str:
@@ -88,6 +132,8 @@ class TableWriter:
         self._tailer = LogTailer(
             config, self.name, _starting_state(config, self.name) if from_keyframe else None
         )
+        self._caught_up = False
+        """Whether the image has read the log's end at least once (before that it is a key frame's)."""
         self._verdicts: dict[str, Verdict] = {}
         self._pending: set[str] = set()
         self._lock = threading.Lock()
@@ -114,7 +160,10 @@ class TableWriter:
         return self._tailer.state
 
     def refresh(self) -> TableState:
-        return self._tailer.catch_up(listener=self._listen)
+        """Catch the image up with the log's end (refuses a protocol this segcat does not know)."""
+        state = self._tailer.catch_up(listener=self._listen)
+        self._caught_up = True
+        return state
 
     def _listen(self, applied: Applied, state: TableState) -> None:
         cid = applied.verdict.commit_id
@@ -131,31 +180,41 @@ class TableWriter:
         *,
         adds: Iterable[Segment] = (),
         drops: Iterable[str] = (),
-        tombstones: Iterable[str] = (),
+        tombstones: Iterable[str | Predicate] = (),
         replace_scope: Iterable[str] = (),
         isolation: Isolation = Isolation.SNAPSHOT,
         properties: Mapping[str, str] | None = None,
         table_properties: Mapping[str, str | None] | None = None,
         schema: str | None = None,
         base_version: int | None = None,
+        protocol: Protocol | None = None,
     ) -> Commit:
-        """A commit based on the writer's current image (``base_version`` = what it has read)."""
-        return Commit(
-            commit_id=Commit.new_id(),
-            table=self.name.qualified,
-            operation=operation,
-            base_version=self.state.version if base_version is None else base_version,
-            writer_id=self.writer_id,
-            timestamp_ms=int(time.time() * 1000),
-            adds=tuple(adds),
-            drops=tuple(drops),
-            tombstones=tuple(Tombstone(p) for p in tombstones),
-            replace_scope=tuple(replace_scope),
-            isolation=isolation,
-            properties=dict(properties or {}),
-            table_properties=dict(table_properties or {}),
-            schema=schema,
-        )
+        """A commit based on the writer's current image (``base_version`` = what it has read).
+
+        Tombstones are predicates in the grammar of docs/PROTOCOL.md §4a, as text or as a
+        ``catalog.expressions`` predicate. ``MalformedCommit`` for arguments of the wrong shape
+        (a bare string where a collection belongs, a single segment, …); nothing is sent.
+        """
+        try:
+            return Commit(
+                commit_id=Commit.new_id(),
+                table=self.name.qualified,
+                operation=operation,
+                base_version=self.state.version if base_version is None else base_version,
+                writer_id=self.writer_id,
+                timestamp_ms=int(time.time() * 1000),
+                adds=_segments(adds),
+                drops=id_collection(drops, "drops"),
+                tombstones=tuple(_tombstone(p) for p in _collection(tombstones, "tombstones")),
+                replace_scope=id_collection(replace_scope, "replace_scope"),
+                isolation=isolation,
+                properties=dict(properties or {}),
+                table_properties=dict(table_properties or {}),
+                schema=schema,
+                protocol=protocol,
+            )
+        except (TypeError, ValueError) as exc:
+            raise MalformedCommit(f"commit not sent: {exc}") from exc
 
     def commit(self, commit: Commit, *, attempts: int = 3) -> int:
         """Publish ``commit``; return its version, or raise ``CommitConflict`` / ``InvalidCommit``.
@@ -166,11 +225,22 @@ class TableWriter:
             return self._commit(commit, attempts)
 
     def _commit(self, commit: Commit, attempts: int) -> int:
-        problem = rules.malformation(
-            commit, max(self.state.version, commit.base_version) + 1, self.name.qualified
-        )
+        problem = type_problem(commit)
         if problem:
             raise MalformedCommit(f"commit not sent: {problem}")
+        if not self._caught_up:
+            self.refresh()  # judge the first commit on the table as it is, not on a key frame's image
+        if commit.base_version > self.state.version:
+            self.refresh()  # the caller may have read further than this writer's image
+            if commit.base_version > self.state.version:
+                raise MalformedCommit(
+                    f"commit not sent: base_version {commit.base_version} is beyond the head of "
+                    f"{self.name} (the log ends at offset {self.state.version})"
+                )
+        known = self.state.recent_commits.get(commit.commit_id)
+        if known is not None:
+            return known
+        self._prejudge(commit)
         value = codec.encode_commit(commit)
         key = commit.commit_id.encode()
         if len(value) + len(key) + RECORD_OVERHEAD > self.max_message_bytes:
@@ -181,9 +251,6 @@ class TableWriter:
         cid = commit.commit_id
         self._pending.add(cid)
         try:
-            known = self.state.recent_commits.get(cid)
-            if known is not None:
-                return known
             offset = self._produce_with_retry(key, value, cid, attempts)
             if offset is None:  # a retry found our earlier attempt already in the log
                 return self.state.recent_commits[cid]
@@ -195,6 +262,34 @@ class TableWriter:
         finally:
             self._pending.discard(cid)
             self._verdicts.pop(cid, None)
+
+    def _prejudge(self, commit: Commit) -> None:
+        """Judge ``commit`` on this writer's image before sending it: refuse what cannot win.
+
+        The image only moves forward, and an INVALID commit is INVALID at any offset, so
+        these never reach the log. A conflict the image already shows is raised as
+        ``CommitConflict`` with ``version=None`` (nothing was sent). Beyond the table's own
+        protocol, a writer holds every commit to the newest protocol's field rules and keeps
+        absolute paths under the table's root (protocol-1 tables, whose rules did not).
+        """
+        state = self.state
+        offset = state.version + 1
+        strict = max(state.protocol.version, protocol.CURRENT_VERSION)
+        problem = rules.malformation(commit, offset, self.name.qualified, strict) or _outside_root(
+            commit, state.location or table_root(self.config, self.name), state
+        )
+        if problem:
+            raise MalformedCommit(f"commit not sent: {problem}")
+        verdict = rules.judge(state, offset, commit)
+        if verdict.outcome is Outcome.INVALID:
+            raise MalformedCommit(f"commit not sent: {verdict.detail}")
+        if verdict.outcome is Outcome.REJECTED:
+            raise CommitConflict(
+                str(verdict.rule),
+                verdict.detail,
+                version=None,
+                conflicting_version=verdict.conflicting_version,
+            )
 
     def _produce_with_retry(self, key: bytes, value: bytes, cid: str, attempts: int) -> int | None:
         last_error: KafkaError | None = None
@@ -303,7 +398,7 @@ class TableWriter:
         self,
         *,
         drops: Iterable[str] = (),
-        predicates: Iterable[str] = (),
+        predicates: Iterable[str | Predicate] = (),
         properties: Mapping[str, str] | None = None,
     ) -> int:
         return self.commit(

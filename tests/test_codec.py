@@ -30,6 +30,7 @@ from catalog.model import (
     Commit,
     Isolation,
     Operation,
+    Protocol,
     Segment,
     StatValue,
     Tombstone,
@@ -197,10 +198,42 @@ def test_single_object_header_is_magic_plus_little_endian_crc64_of_the_canonical
     assert isinstance(body, dict) and body["commit_id"] == COMMIT_ID and body["base_version"] == 41
 
 
-def test_known_fingerprints_are_the_current_and_the_v1_layout() -> None:
+V2_SCHEMA_FILE = SCHEMAS / "history" / "segcat.Commit.v2.avsc"
+V2_FINGERPRINT = bytes.fromhex("dcb115706142297a")
+"""The fingerprint segcat wrote for layout v2 before layout v3 existed (pinned, not computed)."""
+
+
+def test_known_fingerprints_are_the_current_v2_and_v1_layouts() -> None:
     v1 = expected_header(json.loads(V1_SCHEMA_FILE.read_text()))[2:]
+    v2 = expected_header(json.loads(V2_SCHEMA_FILE.read_text()))[2:]
     current = expected_header(current_schema_json())[2:]
-    assert codec.known_fingerprints() == {current: "segcat.Commit.avsc", v1: "segcat.Commit.v1.avsc"}
+    assert v2 == V2_FINGERPRINT  # the historical file is exactly the layout older segcat wrote
+    assert codec.known_fingerprints() == {
+        current: "segcat.Commit.avsc",
+        v2: "segcat.Commit.v2.avsc",
+        v1: "segcat.Commit.v1.avsc",
+    }
+
+
+def test_a_layout_v2_record_decodes_with_no_nan_count_and_no_protocol() -> None:
+    segment = Segment("s", "data/s.parquet", 1, 5, stats=(ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1),))
+    raw = codec.commit_to_avro(a_commit(adds=(segment,)))
+    del raw["protocol"]
+    for stats in raw["adds"][0]["stats"]:
+        del stats["nan_count"]
+    value = codec.encode_with_schema(raw, V2_SCHEMA_FILE)
+    assert value[2:10] == V2_FINGERPRINT
+    decoded = codec.decode_commit(value)
+    assert decoded.protocol is None
+    assert decoded.adds[0].stats[0] == ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, nan_count=None)
+
+
+def test_protocol_and_nan_count_round_trip() -> None:
+    segment = Segment("s", "data/s.parquet", 1, 5, stats=(ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, 2),))
+    upgrade = a_commit(operation=Operation.UPGRADE_PROTOCOL, protocol=Protocol(2, ("b", "a")))
+    assert codec.decode_commit(codec.encode_commit(upgrade)).protocol == Protocol(2, ("b", "a"))
+    appended = codec.decode_commit(codec.encode_commit(a_commit(adds=(segment,))))
+    assert appended.adds[0].stats[0].nan_count == 2
 
 
 def test_encoding_is_deterministic() -> None:

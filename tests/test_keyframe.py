@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from catalog import keyframe, rules
+from catalog import codec, keyframe, rules
 from catalog.errors import CorruptKeyFrame
-from catalog.model import BloomFilter, ColumnStats, ColumnType, Commit, Operation, Segment
+from catalog.frame_view import FrameView
+from catalog.model import BloomFilter, ColumnStats, ColumnType, Commit, Operation, Protocol, Segment
+from catalog.snapshot import Snapshot
 from catalog.state import TableState
 from tests.factories import segment
 
@@ -127,3 +130,43 @@ def test_tampered_content_with_valid_encoding_fails_the_checksum() -> None:
         keyframe.from_ipc(keyframe.to_ipc(tampered.replace_schema_metadata(table.schema.metadata)))
     with pytest.raises(CorruptKeyFrame, match="not a segcat key frame"):
         keyframe.from_ipc(keyframe.to_ipc(pa.table({"x": [1]})))
+
+
+# ---------------------------------------------------------------------- older formats
+
+FORMAT1 = Path(__file__).with_name("data") / "keyframe-format1.parquet"
+"""A key frame written by segcat before protocol versioning (format 1, segments in layout v2),
+made with that code from the state in its metadata: a real older artifact, not a fake."""
+
+
+def test_a_format_1_key_frame_still_loads_as_a_protocol_1_table() -> None:
+    frame = keyframe.from_parquet(FORMAT1.read_bytes())
+    assert frame.meta["format_version"] == 1
+    state = frame.state()
+    assert state.protocol == Protocol(1, ())
+    assert state.column_types == {"x": (ColumnType.INT, -1), "d": (ColumnType.FLOAT, -1)}
+    s1 = state.segments["s1"].segment
+    assert s1.stats == (
+        ColumnStats("x", ColumnType.INT, 1, 5, 0, nan_count=None),
+        ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, nan_count=None),
+    )
+    assert state.segments["s2"].segment.bloom == BloomFilter("x", 3, b"\x01\x02\x03\x04\x05\x06\x07\x08")
+    assert state.paths == {"data/a/s1.parquet": "s1", "data/b/s2.parquet": "s2"}
+    light = keyframe.light_state(frame)
+    assert light.protocol == state.protocol and light.column_types == state.column_types
+    # a reader's view from it applies new commits (in the current layout) next to old rows
+    view = FrameView.from_keyframe(frame)
+    assert view.layout != codec.current_fingerprint()
+    added = Segment("s3", "data/s3.parquet", 1, 1, stats=(ColumnStats("d", ColumnType.FLOAT, 1.0, 1.0, 0, 0),))
+    later = view.apply([(5, 5, Commit(Commit.new_id(), "ns.t", Operation.APPEND, 2, "w", 0, adds=(added,)))])
+    assert [s.segment_id for s in Snapshot(later, "/root").segment_list()] == ["s1", "s2", "s3"]
+    assert later.rows.column("nans:d").to_pylist()[-1] == 0
+
+
+def test_a_key_frame_keeps_protocol_and_column_types() -> None:
+    state = _state()
+    state.protocol = Protocol(2, ())
+    loaded = keyframe.from_parquet(keyframe.to_parquet(keyframe.build(state))).state()
+    assert loaded.protocol == Protocol(2, ())
+    assert loaded.column_types == state.column_types
+    assert loaded == state

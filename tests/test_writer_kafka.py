@@ -44,7 +44,9 @@ def test_append_compact_and_read_back(config: Config, table: Table) -> None:
     diff = table.diff(v2, v3)
     assert [s.segment_id for s in diff.added] == ["ab"]
     assert sorted(s.segment_id for s in diff.removed) == ["a", "b"]
-    assert [h.version for h in table.history()] == [v1, v2, v3]
+    history = table.history()
+    assert [h.version for h in history] == [0, v1, v2, v3]
+    assert history[0].commit.operation is Operation.UPGRADE_PROTOCOL  # the table's creation
     assert all(f.startswith(table.root + "/data/") for f in snap.files())
 
 
@@ -87,13 +89,16 @@ def test_same_commit_twice_is_one_version(config: Config, table: Table) -> None:
         v1 = writer.commit(commit)
         assert writer.commit(commit) == v1  # known to the writer's image: not even re-sent
     assert _high(config, table) == v1 + 1
-    # a new writer process retrying after a timeout re-sends the very same record
+    # a new writer process retrying after a timeout reads the log first: the commit is there
     with TableWriter(config, table.name) as retrying:
         assert retrying.commit(commit) == v1
-    records = list(table.records())
+    assert _high(config, table) == v1 + 1
+    # the very same record re-sent anyway (a writer that did not read first) is a DUPLICATE
+    produce_raw(config, table.name.topic, [(commit.commit_id.encode(), codec.encode_commit(commit))])
+    records = list(table.records(1))
     assert [r.verdict.outcome for r in records] == [Outcome.ACCEPTED, Outcome.DUPLICATE]
     assert records[1].verdict.original_version == v1
-    assert [h.version for h in table.history()] == [v1]
+    assert [h.version for h in table.history()] == [0, v1]
 
 
 def test_retry_after_a_lost_acknowledgement_returns_the_original_version(
@@ -111,14 +116,14 @@ def test_retry_after_a_lost_acknowledgement_returns_the_original_version(
 
 def test_malformed_commit_is_refused_before_sending(config: Config, table: Table) -> None:
     with TableWriter(config, table.name) as writer:
-        with pytest.raises(MalformedCommit, match="APPEND may only add"):
+        with pytest.raises(MalformedCommit, match="APPEND may not carry drops"):
             writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("a")], drops=["zzz"]))
         with pytest.raises(MalformedCommit, match="relative to the table root"):
             bad = segment("b")
             writer.append(
                 [type(bad)(**{**{f: getattr(bad, f) for f in bad.__slots__}, "path": "/etc/passwd"})]
             )
-    assert _high(config, table) == 0
+    assert _high(config, table) == 1  # the table's protocol record only
 
 
 def test_commit_larger_than_the_topic_limit_is_refused(
@@ -128,8 +133,8 @@ def test_commit_larger_than_the_topic_limit_is_refused(
     with TableWriter(config, table.name) as writer:
         with pytest.raises(CommitTooLarge, match=r"max\.message\.bytes"):
             writer.append([segment(f"big-{i}") for i in range(2_000)])
-        assert writer.append([segment("small")]) == 0
-    assert _high(config, table) == 1
+        assert writer.append([segment("small")]) == 1
+    assert _high(config, table) == 2
 
 
 def test_invalid_record_reaching_the_log_raises_invalid_commit(config: Config, table: Table) -> None:
@@ -143,8 +148,23 @@ def test_invalid_record_reaching_the_log_raises_invalid_commit(config: Config, t
         produce_raw(config, table.name.topic, [(other.commit_id.encode(), codec.encode_commit(other))])
         writer.refresh()
         assert writer.state.invalid == 2 and writer.state.live_count == 0
-        with pytest.raises(InvalidCommit):  # base_version in the future is only detectable in the log
+        # Everything a writer can check is checked before sending; what only the log's order
+        # can decide reaches it: here another writer sets the same property first, so ours
+        # changes nothing at its offset (INVALID under protocol 2).
+        mine = writer.new_commit(Operation.SET_PROPERTIES, table_properties={"owner": "ann"})
+        with TableWriter(config, table.name) as other_writer:
+            other_writer.set_properties({"owner": "ann"})
+        with pytest.raises(InvalidCommit, match="changes nothing"):
+            writer.commit(mine)
+
+
+def test_base_version_beyond_the_head_is_refused_before_sending(config: Config, table: Table) -> None:
+    """Regression: such a commit used to be sent and land in the log as an INVALID record."""
+    with TableWriter(config, table.name) as writer:
+        before = _high(config, table)
+        with pytest.raises(MalformedCommit, match="beyond the head"):
             writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("c")], base_version=10_000))
+    assert _high(config, table) == before
 
 
 def _garbage(rng: random.Random, i: int) -> tuple[bytes | None, bytes | None]:
@@ -169,14 +189,14 @@ def test_garbage_records_are_invalid_and_change_nothing(config: Config, table: T
         version = writer.append([segment("after")])
         writer.compact(["before", "after"], [segment("both")])
         assert writer.state.invalid == 100
-    records = list(table.records())
+    records = list(table.records(1))
     assert len(records) == 103
     assert [r.verdict.outcome for r in records[1:101]] == [Outcome.INVALID] * 100
-    assert version == 101
+    assert version == 102
     snap = table.snapshot()
     assert [s.segment_id for s in snap.segment_list()] == ["both"]
     counted = table.state()
-    assert counted.accepted == 3 and counted.invalid == 100
+    assert counted.accepted == 4 and counted.invalid == 100  # with the table's protocol record
 
 
 def test_serializable_replace_loses_to_a_concurrent_append(config: Config, table: Table) -> None:

@@ -1,0 +1,95 @@
+"""A reader that names a version gets exactly that version; the default head is the log's end.
+
+Regressions of issue 7 item 1 (answers from a Redis head that trailed Kafka) and item 2
+(versions and times out of range answered with the head), on real Kafka and Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from catalog.config import Config
+from catalog.errors import InvalidArgument, VersionNotFound
+from catalog.redis_store import RedisStore
+from catalog.table import Catalog
+from producers import TableWriter
+from tests.factories import segment
+from tests.materializer_support import (
+    PrivateRedis,
+    materializer_config,
+    namespace,
+    running_materializer,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+
+@pytest.fixture
+def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
+    return materializer_config(config, private_redis.url, tmp_path / "warehouse", every=3)
+
+
+def _wait_for_redis(config: Config, table: str, version: int) -> None:
+    store = RedisStore.from_config(config)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        head = store.head(table)
+        if head is not None and head.version >= version:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"redis never reached version {version}")
+
+
+def test_reads_see_commits_the_materializer_has_not_reached(mconfig: Config) -> None:
+    ns, pattern = namespace()
+    name = f"{ns}.orders"
+    catalog = Catalog(mconfig)
+    table = catalog.create_table(name)
+    with TableWriter(mconfig, name) as writer:
+        with running_materializer(mconfig, pattern):
+            materialized = [writer.append([segment(f"m{i}")]) for i in range(4)]
+            _wait_for_redis(mconfig, name, materialized[-1])
+        # the materializer is gone: Redis' head stays at materialized[-1]
+        late = [writer.append([segment(f"late{i}")]) for i in range(2)]
+        writer.compact(["m0", "late0"], [segment("merged")])
+        last = writer.state.last_accepted_version
+    stale = table.snapshot(stale_ok=True)
+    assert (stale.version, stale.origin, stale.behind) == (materialized[-1], "redis", 3)
+
+    head = table.snapshot()
+    assert head.version == last and head.origin == "redis+kafka"
+    assert head.segment_ids() == {"m1", "m2", "m3", "late1", "merged"}
+    reference = table.snapshot(sources=("kafka",))
+    assert head.segment_list() == reference.segment_list()
+    for version in (*materialized, *late, last):
+        exact = table.snapshot(version)
+        assert exact.version == version
+        assert exact.segment_list() == table.snapshot(version, sources=("kafka",)).segment_list()
+    assert table.snapshot(late[0]).segment_ids() == {f"m{i}" for i in range(4)} | {"late0"}
+
+
+def test_versions_and_times_out_of_range_are_typed_errors(
+    config: Config, catalog: Catalog, table_name: str
+) -> None:
+    table = catalog.create_table(table_name)
+    with TableWriter(config, table_name) as writer:
+        v1 = writer.append([segment("a")])
+    for version in (v1 + 1, 10**6, 99999999999999999999):
+        with pytest.raises(VersionNotFound, match=f"log ends at offset {v1}"):
+            table.snapshot(version)
+    with pytest.raises(VersionNotFound):
+        table.diff(0, 40)
+    for version in (-2, -5):
+        with pytest.raises(InvalidArgument):
+            table.snapshot(version)
+    with pytest.raises(InvalidArgument):
+        table.snapshot(as_of_ms=-1)
+    with pytest.raises(InvalidArgument):
+        table.snapshot(True)  # type: ignore[arg-type]
+    future = table.snapshot(as_of_ms=int(time.time() * 1000) + 10 * 365 * 86_400_000)
+    assert future.version == v1 and future.note is not None and "after the table's last record" in future.note
+    assert table.snapshot(-1).live_count == 0 and table.snapshot(-1).version == -1
+    assert table.snapshot(as_of_ms=0).version == -1
