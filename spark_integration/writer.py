@@ -191,7 +191,7 @@ def stage_write(
         state = writer.refresh().copy()  # what the job reads: the commit's base, frozen
         base = state.version
         spec = FileSpec(
-            root=table_root(cfg, name),
+            root=state.location or table_root(cfg, name),
             s3_endpoint=cfg.s3_endpoint,
             s3_region=cfg.s3_region,
             key_columns=keys,
@@ -329,10 +329,10 @@ def stage_compaction(
         raise TypeError("compact(where=...) takes a catalog.expressions predicate (it selects segments)")
     cfg = _config(table, config)
     name = table_ref(table)
-    root = table_root(cfg, name)
     writer = _open_writer(cfg, name, spark)
     try:
         state = writer.refresh().copy()
+        root = state.location or table_root(cfg, name)
         snapshot = Snapshot(state, root)
         if where is not None:
             snapshot = snapshot.prune(where)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from catalog.config import Config
+from catalog.model import Operation
 from catalog.replay import Applied
 from catalog.rules import Outcome
 from catalog.state import TableState
@@ -64,7 +65,10 @@ def test_concurrent_writers_agree_with_a_fresh_reader(config: Config, table: Tab
     final = TableState(table.name.qualified)
     with LogReader(config, table.name) as reader:
         replay(reader.read(0), final, listener=note)
-    assert len(applied) == WRITERS * COMMITS_EACH
+    creation, applied = applied[0], applied[1:]  # offset 0: the table's protocol record
+    assert creation.commit is not None and creation.commit.operation is Operation.UPGRADE_PROTOCOL
+    sent = [r for report in reports for r in report["results"] if r["version"] is not None]
+    assert len(applied) == len(sent) >= WRITERS * COMMITS_EACH * 0.95
 
     # 1. every party computes the same state at every version it saw
     for report in reports:
@@ -76,8 +80,12 @@ def test_concurrent_writers_agree_with_a_fresh_reader(config: Config, table: Tab
     accepted_ids = [a.verdict.commit_id for a in applied if a.verdict.outcome is Outcome.ACCEPTED]
     assert len(accepted_ids) == len(set(accepted_ids))
     claimed = set()
+    logged_ids = {a.verdict.commit_id for a in applied}
     for report in reports:
         for result in report["results"]:
+            if result["version"] is None:  # a conflict the writer saw before sending: not in the log
+                assert result["outcome"] == "REJECTED" and result["commit_id"] not in logged_ids
+                continue
             record = by_offset[result["version"]]
             assert record.verdict.commit_id == result["commit_id"]
             assert record.verdict.outcome.value == result["outcome"]
@@ -111,4 +119,4 @@ def test_concurrent_writers_agree_with_a_fresh_reader(config: Config, table: Tab
         assert not (live_at[verdict.offset] & {s for s, v in dropped_at.items() if v <= verdict.offset})
     assert final.live_ids() == frozenset(live)
     assert rejected > 0, "the writers never raced; the test proves nothing"
-    assert final.accepted + final.rejected == WRITERS * COMMITS_EACH
+    assert final.accepted + final.rejected == len(sent) + 1
