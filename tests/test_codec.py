@@ -229,7 +229,8 @@ def test_a_layout_v2_record_decodes_with_no_nan_count_and_no_protocol() -> None:
 
 
 def test_protocol_and_nan_count_round_trip() -> None:
-    segment = Segment("s", "data/s.parquet", 1, 5, stats=(ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, 2),))
+    stats = (ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, 2),)
+    segment = Segment("s", "data/s.parquet", 1, 5, stats=stats)
     upgrade = a_commit(operation=Operation.UPGRADE_PROTOCOL, protocol=Protocol(2, ("b", "a")))
     assert codec.decode_commit(codec.encode_commit(upgrade)).protocol == Protocol(2, ("b", "a"))
     appended = codec.decode_commit(codec.encode_commit(a_commit(adds=(segment,))))

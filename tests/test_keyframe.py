@@ -157,7 +157,8 @@ def test_a_format_1_key_frame_still_loads_as_a_protocol_1_table() -> None:
     # a reader's view from it applies new commits (in the current layout) next to old rows
     view = FrameView.from_keyframe(frame)
     assert view.layout != codec.current_fingerprint()
-    added = Segment("s3", "data/s3.parquet", 1, 1, stats=(ColumnStats("d", ColumnType.FLOAT, 1.0, 1.0, 0, 0),))
+    stats = (ColumnStats("d", ColumnType.FLOAT, 1.0, 1.0, 0, 0),)
+    added = Segment("s3", "data/s3.parquet", 1, 1, stats=stats)
     later = view.apply([(5, 5, Commit(Commit.new_id(), "ns.t", Operation.APPEND, 2, "w", 0, adds=(added,)))])
     assert [s.segment_id for s in Snapshot(later, "/root").segment_list()] == ["s1", "s2", "s3"]
     assert later.rows.column("nans:d").to_pylist()[-1] == 0

@@ -218,7 +218,11 @@ def test_known_regressions_write_nothing(config: Config, table: Table) -> None:
             lambda: writer.append([Segment("s", "data/s.parquet", 2**70, 1)]),
             lambda: writer.set_properties({"k": {"nested": 1}}),  # type: ignore[dict-item]
             lambda: writer.append(
-                [Segment("s", "data/s.parquet", 1, 1, stats=(ColumnStats("x", ColumnType.INT, Decimal(1), 2),))]
+                [
+                    Segment(
+                        "s", "data/s.parquet", 1, 1, stats=(ColumnStats("x", ColumnType.INT, Decimal(1), 2),)
+                    )
+                ]
             ),
             lambda: writer.append(
                 [
