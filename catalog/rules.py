@@ -396,7 +396,10 @@ def contextual_malformation(state: TableState, commit: Commit) -> str | None:
     location = state.location
     if LOCATION_PROPERTY in commit.table_properties and location is not None:
         return f"{LOCATION_PROPERTY} is fixed when the table is created ({location!r})"
-    allowed = locations.parse_allowed(state.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+    try:
+        allowed = locations.parse_allowed(state.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+    except ValueError:
+        allowed = ()  # set under protocol 1, when nothing checked it: it allows nothing
     for segment in commit.adds:
         if locations.is_absolute_uri(segment.path) and (
             problem := locations.allowed_problem(segment.path, location, allowed)

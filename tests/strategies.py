@@ -37,6 +37,7 @@ from catalog.model import (
     Isolation,
     LogRecord,
     Operation,
+    Protocol,
     Segment,
     StatValue,
     Tombstone,
@@ -196,12 +197,22 @@ KINDS: tuple[str, ...] = (
     *("compact",) * 3,
     "compact_race",
     *("replace",) * 3,
-    *("replace_race",) * 2,
+    *("replace_race",) * 3,
     *("delete",) * 2,
     *("set_schema",) * 2,
     "schema_race",
     "append_schema",
     "set_properties",
+    "append_same_path",
+    "append_dropped",
+    "append_type_change",
+    *("append_absolute",) * 2,
+    "append_with_props",
+    "delete_free_text",
+    "set_properties_noop",
+    "set_allowed",
+    "append_float",
+    "upgrade",
     *("resend",) * 3,
     *("malformed",) * 3,
     *("garbage",) * 2,
@@ -215,6 +226,10 @@ _TICK = st.integers(0, 50)
 _ROWS = st.integers(0, 1_000)
 _PARTITION = st.sampled_from((*PARTITIONS, None))
 _KIND = st.sampled_from(KINDS)
+
+
+TABLE_ROOT = "s3://lake/wh/ns/t"
+"""The location generated protocol-2 logs record."""
 
 
 @dataclass
@@ -328,6 +343,94 @@ class _Planner:
 
     def step(self, kind: str) -> None:
         getattr(self, f"step_{kind}")()
+
+    def step_upgrade(self) -> None:
+        """An UPGRADE_PROTOCOL to 2: with the location (the creation of a table), sometimes without."""
+        offset = self.allocate_offset()
+        props = {} if self.draw(_ONE_IN_TEN) == 0 else {"segcat.location": TABLE_ROOT}
+        commit = self.commit(
+            offset, Operation.UPGRADE_PROTOCOL, protocol=Protocol(2, ()), table_properties=props
+        )
+        self.send(offset, "upgrade", commit)
+
+    def step_append_same_path(self) -> None:
+        """A new segment id naming a file another (maybe still live) segment names."""
+        if not self.ever_added:
+            return self.step_append()
+        offset = self.allocate_offset()
+        old = self.draw(st.sampled_from(self.ever_added))
+        fresh = replace(self.new_segment(old.partition), path=old.path)
+        self.send(offset, "append_same_path", self.commit(offset, Operation.APPEND, adds=(fresh,)))
+        return None
+
+    def step_append_dropped(self) -> None:
+        """A segment id that was dropped comes back (a late retry of an append that was compacted)."""
+        if not self.believed_dropped:
+            return self.step_append()
+        offset = self.allocate_offset()
+        gone = self.draw(st.sampled_from(self.believed_dropped))
+        segment = replace(self.new_segment(self.partition()), segment_id=gone)
+        self.send(offset, "append_dropped", self.commit(offset, Operation.APPEND, adds=(segment,)))
+        return None
+
+    def step_append_type_change(self) -> None:
+        offset = self.allocate_offset()
+        text_id = (ColumnStats("id", ColumnType.STRING, "a", "b", 0),)
+        segment = replace(self.new_segment(self.partition()), stats=text_id)
+        self.send(offset, "append_type_change", self.commit(offset, Operation.APPEND, adds=(segment,)))
+
+    def step_append_absolute(self) -> None:
+        offset = self.allocate_offset()
+        segment = self.new_segment(self.partition())
+        name = segment.path.rsplit("/", 1)[-1]
+        path = self.draw(
+            st.sampled_from(
+                [
+                    f"{TABLE_ROOT}/data/{name}",
+                    f"s3a://lake/wh/ns/t/data/{name}",
+                    f"s3://shared/lake/{name}",
+                    f"file:///etc/{name}",
+                    f"{TABLE_ROOT}/data/%2e%2e/{name}",
+                    f"{TABLE_ROOT}-other/{name}",
+                ]
+            )
+        )
+        commit = self.commit(offset, Operation.APPEND, adds=(replace(segment, path=path),))
+        self.send(offset, "append_absolute", commit)
+
+    def step_append_with_props(self) -> None:
+        offset = self.allocate_offset()
+        commit = replace(self.fresh_append(offset), table_properties={"owner": "appender"})
+        self.send(offset, "append_with_props", commit)
+
+    def step_delete_free_text(self) -> None:
+        offset = self.allocate_offset()
+        predicate = self.draw(st.sampled_from(["1=1; DROP TABLE x", "lower(country) = 'nz'", "id = NULL"]))
+        commit = self.commit(offset, Operation.DELETE, tombstones=(Tombstone(predicate),))
+        self.send(offset, "delete_free_text", commit)
+
+    def step_set_properties_noop(self) -> None:
+        offset = self.allocate_offset()
+        commit = self.commit(offset, Operation.SET_PROPERTIES, table_properties={"never-set": None})
+        self.send(offset, "set_properties_noop", commit)
+
+    def step_set_allowed(self) -> None:
+        offset = self.allocate_offset()
+        value = self.draw(st.sampled_from(['["s3://shared/lake"]', "s3://shared/lake", '["relative"]']))
+        change = {"segcat.locations.allowed": value}
+        commit = self.commit(offset, Operation.SET_PROPERTIES, table_properties=change)
+        self.send(offset, "set_allowed", commit)
+
+    def step_append_float(self) -> None:
+        """FLOAT stats with a NaN count; sometimes a count out of range, or a NaN count on an INT."""
+        offset = self.allocate_offset()
+        segment = self.new_segment(self.partition())
+        rows = segment.row_count
+        variants = [(0.5, 0, ColumnType.FLOAT), (-0.0, rows + 1, ColumnType.FLOAT), (None, 0, ColumnType.INT)]
+        low, nan_count, kind = self.draw(st.sampled_from(variants))
+        stats = ColumnStats("score", kind, low, None if kind is ColumnType.INT else 2.5, 0, nan_count)
+        adds = (replace(segment, stats=(stats,)),)
+        self.send(offset, "append_float", self.commit(offset, Operation.APPEND, adds=adds))
 
     def fresh_append(self, offset: int) -> Commit:
         count = self.draw(_ONE_TO_THREE)
@@ -603,8 +706,20 @@ MALFORMATIONS: dict[str, Malformation] = {
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, *, table: str = TABLE, min_steps: int = 1, max_steps: int = 40) -> Scenario:
-    """A log of one table: ``min_steps``..``max_steps`` writer steps (a step may emit 2 records)."""
+def scenarios(
+    draw: st.DrawFn,
+    *,
+    table: str = TABLE,
+    min_steps: int = 1,
+    max_steps: int = 40,
+    created_at: int | None = None,
+) -> Scenario:
+    """A log of one table: ``min_steps``..``max_steps`` writer steps (a step may emit 2 records).
+
+    Half the logs start with the UPGRADE_PROTOCOL that creates a protocol-2 table (or always,
+    with ``created_at=2``; never with ``created_at=1``); the others are protocol-1 logs, which
+    an ``upgrade`` step may move to protocol 2 midway.
+    """
     planner = _Planner(
         draw=draw,
         table=table,
@@ -612,6 +727,17 @@ def scenarios(draw: st.DrawFn, *, table: str = TABLE, min_steps: int = 1, max_st
         last_offset=draw(st.integers(-1, 5)),
         timestamp_ms=draw(SAFE_TIMESTAMP_MS),
     )
+    protocol = created_at if created_at is not None else draw(st.sampled_from((1, 2)))
+    if protocol == 2:
+        offset = planner.allocate_offset()
+        creation = planner.commit(
+            offset,
+            Operation.UPGRADE_PROTOCOL,
+            base_version=-1,
+            protocol=Protocol(2, ()),
+            table_properties={"segcat.location": TABLE_ROOT},
+        )
+        planner.send(offset, "create", creation)
     for _ in range(draw(st.integers(min_steps, max_steps))):
         planner.step(draw(_KIND))
     return planner.scenario()

@@ -20,12 +20,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import codec
-from catalog.errors import DecodeError
-from catalog.model import Commit, Isolation, LogRecord, Operation, Segment
+from catalog.errors import DecodeError, InvalidPredicate
+from catalog.model import ColumnType, Commit, Isolation, LogRecord, Operation, Protocol, Segment
+from catalog.predicate_parser import parse_predicate
 from catalog.replay import Applied, replay
 from catalog.rules import Outcome, Rule, Verdict
 from catalog.state import DEDUP_WINDOW, TableState
 from tests.strategies import SETTINGS, Scenario, scenarios
+
+LOCATION = "segcat.location"
+ALLOWED = "segcat.locations.allowed"
 
 # ------------------------------------------------------------------ the reference model
 #
@@ -37,24 +41,41 @@ UUID_TEXT = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-def bad_text(value: str, limit: int = 512) -> bool:
-    """Empty, over-long, or with control characters (PROTOCOL §4 field rules)."""
-    return value == "" or len(value) > limit or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)
+def is_control(ch: str, version: int) -> bool:
+    """PROTOCOL §2 "Text": v1: U+0000-U+001F and U+007F; v2: category Cc, Zl, Zp, lone surrogates."""
+    code = ord(ch)
+    if version < 2:
+        return code < 0x20 or code == 0x7F
+    return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029) or 0xD800 <= code <= 0xDFFF
 
 
-def bad_path(path: str) -> bool:
-    """Not (relative without '', '.', '..' components) and not (an absolute URI with a scheme)."""
-    if bad_text(path, 4096):
+def bad_text(value: str, limit: int = 512, version: int = 1) -> bool:
+    """Empty, over-long, or with control characters (PROTOCOL §2 "Text")."""
+    return value == "" or len(value) > limit or any(is_control(ch, version) for ch in value)
+
+
+def bad_path(path: str, version: int = 1) -> bool:
+    """PROTOCOL §2 "Segment paths" (the context-free part)."""
+    if bad_text(path, 4096, version):
         return True
     if URI.match(path):
-        return False
-    return path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in path.split("/"))
+        if version < 2:
+            return False
+        rest = path.split("://", 1)[1]
+        if "/" not in rest or "\\" in path or re.search(r"%(2e|2f|5c)", path, re.IGNORECASE):
+            return True
+        object_path = rest.split("/", 1)[1]
+        return "?" in rest or "#" in rest or any(p in ("", ".", "..") for p in object_path.split("/"))
+    relative_bad = path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in path.split("/"))
+    return relative_bad or (version >= 2 and ":" in path.split("/")[0])
 
 
-def bad_segment(segment: Segment) -> bool:
-    if bad_text(segment.segment_id) or bad_path(segment.path):
+def bad_segment(segment: Segment, version: int = 1) -> bool:
+    if bad_text(segment.segment_id, version=version) or bad_path(segment.path, version):
         return True
-    if segment.partition is not None and bad_text(segment.partition):
+    if segment.partition is not None and bad_text(segment.partition, version=version):
+        return True
+    if version >= 2 and bad_segment_v2(segment):
         return True
     if segment.size_bytes < 0 or segment.row_count < 0:
         return True
@@ -73,6 +94,27 @@ def bad_segment(segment: Segment) -> bool:
     return segment.bloom is not None and (segment.bloom.num_hashes < 1 or not segment.bloom.bits)
 
 
+def bad_segment_v2(segment: Segment) -> bool:
+    """PROTOCOL §4 "Field rules added by protocol 2", per segment."""
+    if bad_text(segment.format, version=2) or not_json(segment.schema):
+        return True
+    for stats in segment.stats:
+        if bad_text(stats.column, version=2):
+            return True
+        if stats.type is ColumnType.OTHER and (stats.min is not None or stats.max is not None):
+            return True
+        nan_bound = any(isinstance(v, float) and v != v for v in (stats.min, stats.max))
+        if stats.type is ColumnType.FLOAT and nan_bound:
+            return True
+        if stats.nan_count is not None and (
+            stats.type is not ColumnType.FLOAT
+            or not 0 <= stats.nan_count <= segment.row_count - (stats.null_count or 0)
+        ):
+            return True
+    bloom = segment.bloom
+    return bloom is not None and (bloom.num_hashes > 64 or bad_text(bloom.column, version=2))
+
+
 def not_json(text: str | None) -> bool:
     if text is None:
         return False
@@ -83,8 +125,8 @@ def not_json(text: str | None) -> bool:
     return False
 
 
-def is_malformed(commit: Commit, offset: int, table: str) -> bool:
-    """Rule 2, from the field rules listed in docs/PROTOCOL.md §4."""
+def is_malformed(commit: Commit, offset: int, table: str, version: int = 1) -> bool:
+    """Rule 2, from the field rules listed in docs/PROTOCOL.md §4 (step 4)."""
     adds = [s.segment_id for s in commit.adds]
     changes_data = bool(commit.adds or commit.drops or commit.tombstones)
     op = commit.operation
@@ -93,17 +135,33 @@ def is_malformed(commit: Commit, offset: int, table: str) -> bool:
         or not UUID_TEXT.fullmatch(commit.commit_id)
         or op is Operation.UNKNOWN
         or not -1 <= commit.base_version < offset
-        or bad_text(commit.writer_id)
+        or bad_text(commit.writer_id, version=version)
         or len(set(adds)) != len(adds)
         or len(set(commit.drops)) != len(commit.drops)
         or bool(set(adds) & set(commit.drops))
-        or any(bad_segment(s) for s in commit.adds)
-        or any(bad_text(d) for d in commit.drops)
-        or any(bad_text(t.predicate, 16_384) for t in commit.tombstones)
-        or any(bad_text(p) for p in commit.replace_scope)
+        or any(bad_segment(s, version) for s in commit.adds)
+        or any(bad_text(d, version=version) for d in commit.drops)
+        or any(bad_text(t.predicate, 16_384, version) for t in commit.tombstones)
+        or any(bad_text(p, version=version) for p in commit.replace_scope)
+        or any(bad_text(k, version=version) for k in commit.table_properties)
+        or any(v is not None and bad_text(v, 16_384, version) for v in commit.table_properties.values())
         or not_json(commit.schema)
     )
     if generic:
+        return True
+    upgrade = op is Operation.UPGRADE_PROTOCOL
+    if (commit.protocol is not None) != upgrade:
+        return True
+    if upgrade:
+        assert commit.protocol is not None
+        features = commit.protocol.features
+        if commit.protocol.version < 1 or len(set(features)) != len(features) or len(features) > 64:
+            return True
+        if commit.adds or commit.drops or commit.tombstones or commit.replace_scope:
+            return True
+        if commit.schema is not None:
+            return True
+    if version >= 2 and is_malformed_v2(commit):
         return True
     if commit.replace_scope and op is not Operation.REPLACE:
         return True
@@ -120,6 +178,78 @@ def is_malformed(commit: Commit, offset: int, table: str) -> bool:
     if op is Operation.REPLACE and commit.replace_scope:
         return any(s.partition not in commit.replace_scope for s in commit.adds)
     return False
+
+
+V2_MAY_CARRY: dict[Operation, set[str]] = {
+    Operation.APPEND: {"adds"},
+    Operation.COMPACT: {"adds", "drops"},
+    Operation.REPLACE: {"adds", "drops", "replace_scope"},
+    Operation.DELETE: {"adds", "drops", "tombstones"},
+    Operation.SET_PROPERTIES: {"table_properties"},
+    Operation.SET_SCHEMA: {"schema"},
+    Operation.UPGRADE_PROTOCOL: {"protocol", "table_properties"},
+}
+
+
+def is_malformed_v2(commit: Commit) -> bool:
+    """PROTOCOL §4 "Field rules added by protocol 2", per commit."""
+    carried = {
+        name
+        for name in ("adds", "drops", "tombstones", "replace_scope", "table_properties")
+        if getattr(commit, name)
+    } | {name for name in ("schema", "protocol") if getattr(commit, name) is not None}
+    if carried - V2_MAY_CARRY[commit.operation]:
+        return True
+    if commit.operation is Operation.REPLACE and not (commit.adds or commit.drops):
+        return True
+    if commit.isolation is Isolation.SERIALIZABLE and commit.operation is not Operation.REPLACE:
+        return True
+    paths = [s.path for s in commit.adds]
+    if len(set(paths)) != len(paths):
+        return True
+    types: dict[str, ColumnType] = {}
+    for segment in commit.adds:
+        for stats in segment.stats:
+            if types.setdefault(stats.column, stats.type) is not stats.type:
+                return True
+    for tomb in commit.tombstones:
+        try:
+            parse_predicate(tomb.predicate)
+        except InvalidPredicate:
+            return True
+    allowed = commit.table_properties.get(ALLOWED)
+    if allowed is not None:
+        try:
+            parsed = json.loads(allowed)
+        except ValueError:
+            return True
+        if not isinstance(parsed, list) or not all(isinstance(p, str) and clean_location(p) for p in parsed):
+            return True
+    location = commit.table_properties.get(LOCATION)
+    return location is not None and not clean_location(location)
+
+
+def clean_location(location: str) -> bool:
+    """An absolute path or URI without '.', '..' components or backslashes."""
+    if location.startswith("/"):
+        return "\\" not in location and not any(p in (".", "..") for p in location.split("/"))
+    return URI.match(location) is not None and not bad_path(location.rstrip("/") + "/x", 2)
+
+
+def canonical(location: str) -> str:
+    """PROTOCOL §2: scheme lower-cased, s3a/s3n as s3, /a as file:///a, no trailing '/'."""
+    text = location.rstrip("/")
+    if text.startswith("/"):
+        return "file://" + text
+    scheme, rest = text.split(":", 1)
+    scheme = {"s3a": "s3", "s3n": "s3"}.get(scheme.lower(), scheme.lower())
+    return f"{scheme}:{rest}"
+
+
+def path_key(path: str, location: str | None) -> str:
+    if URI.match(path):
+        return canonical(path)
+    return path if location is None else canonical(f"{location.rstrip('/')}/{path}")
 
 
 @dataclass(frozen=True)
@@ -171,6 +301,61 @@ class Reference:
                     props[key] = value
         return props
 
+    def protocol(self) -> Protocol:
+        upgrades = [a.commit.protocol for a in self.history if a.commit.protocol is not None]
+        if not upgrades:
+            return Protocol()
+        return Protocol(upgrades[-1].version, tuple(sorted(upgrades[-1].features)))
+
+    def column_types(self) -> dict[str, tuple[ColumnType, int]]:
+        fixed: dict[str, tuple[ColumnType, int]] = {}
+        for accepted in self.history:
+            for segment in accepted.commit.adds:
+                for stats in segment.stats:
+                    fixed.setdefault(stats.column, (stats.type, accepted.version))
+        return fixed
+
+    def last_drop(self, segment_id: str) -> int | None:
+        dropped_at = [a.version for a in self.history if segment_id in a.commit.drops]
+        return dropped_at[-1] if dropped_at else None
+
+    def contextual_malformation(self, commit: Commit) -> bool:
+        """PROTOCOL §4 "Contextual field rules (step 6)"."""
+        current, props = self.protocol(), self.properties()
+        location = props.get(LOCATION)
+        if commit.operation is Operation.UPGRADE_PROTOCOL and commit.protocol is not None:
+            wanted = commit.protocol
+            if wanted.version < current.version or not set(current.features) <= set(wanted.features):
+                return True
+            if wanted.version == current.version and set(wanted.features) == set(current.features):
+                return True
+            named = commit.table_properties.get(LOCATION, location)
+            if wanted.version >= 2 and named is None:
+                return True
+            if location is not None and named != location:
+                return True
+        if current.version < 2:
+            return False
+        if LOCATION in commit.table_properties and location is not None:
+            return True
+        try:  # a protocol-1 log may have set anything there: then nothing more is allowed
+            allowed = json.loads(props.get(ALLOWED, "[]"))
+            assert isinstance(allowed, list)
+            assert all(isinstance(p, str) and clean_location(p) for p in allowed)
+        except (ValueError, AssertionError):
+            allowed = []
+        for segment in commit.adds:
+            places = [place for place in [location, *allowed] if place]
+            if URI.match(segment.path) and not any(
+                canonical(segment.path).startswith(canonical(place) + "/") for place in places
+            ):
+                return True
+        if commit.operation is Operation.SET_PROPERTIES and all(
+            props.get(k) == v for k, v in commit.table_properties.items()
+        ):
+            return True
+        return commit.operation is Operation.SET_SCHEMA and commit.schema == self.schema()[0]
+
     # -- DESIGN §4, in order
     def judge(self, record: LogRecord, commit: Commit | None) -> Expected:
         if record.value is None:
@@ -181,7 +366,10 @@ class Reference:
         earlier = [a.version for a in window if a.commit.commit_id == commit.commit_id]
         if earlier:  # rule 1
             return Expected(Outcome.DUPLICATE, Rule.DUPLICATE_COMMIT, frozenset(earlier), earlier[-1])
-        if is_malformed(commit, record.offset, self.table):  # rule 2
+        version = self.protocol().version
+        if is_malformed(commit, record.offset, self.table, version):  # rule 2 (step 4)
+            return Expected(Outcome.INVALID, Rule.MALFORMED)
+        if self.contextual_malformation(commit):  # step 6
             return Expected(Outcome.INVALID, Rule.MALFORMED)
         live = self.live()
         for drop in commit.drops:  # rule 3: the version that last dropped it, if any did
@@ -205,6 +393,26 @@ class Reference:
             if segment.segment_id in live:
                 added = live[segment.segment_id][1]
                 return Expected(Outcome.REJECTED, Rule.DUPLICATE_SEGMENT, frozenset({added}))
+        if version >= 2:  # step 11: 4b, 4c, 4d per added segment
+            location = self.properties().get(LOCATION)
+            live_keys = {
+                path_key(seg.path, location): when
+                for sid, (seg, when) in live.items()
+                if sid not in commit.drops
+            }
+            fixed = self.column_types()
+            for segment in commit.adds:
+                key = path_key(segment.path, location)
+                if key in live_keys:
+                    return Expected(Outcome.REJECTED, Rule.DUPLICATE_PATH, frozenset({live_keys[key]}))
+                dropped = self.last_drop(segment.segment_id)
+                if dropped is not None:
+                    return Expected(Outcome.REJECTED, Rule.SEGMENT_ID_REUSED, frozenset({dropped}))
+                for stats in segment.stats:
+                    if stats.column in fixed and fixed[stats.column][0] is not stats.type:
+                        return Expected(
+                            Outcome.REJECTED, Rule.COLUMN_TYPE_CHANGE, frozenset({fixed[stats.column][1]})
+                        )
         concurrent = [a for a in self.history if a.version > commit.base_version]
         if commit.operation is Operation.REPLACE and commit.isolation is Isolation.SERIALIZABLE:  # rule 5
             scope = set(commit.replace_scope)
@@ -417,13 +625,17 @@ def test_generated_logs_reach_every_outcome_and_rule() -> None:
     """Guards the tests above against a generator that silently stopped producing conflicts."""
     seen: Counter[tuple[Outcome, Rule | None]] = Counter()
 
-    @settings(SETTINGS, max_examples=60, derandomize=True)
-    @given(scenarios())
-    def collect(scenario: Scenario) -> None:
-        for verdict in full_replay(scenario)[1]:
-            seen[(verdict.outcome, verdict.rule)] += 1
+    def collect(protocol: int) -> None:
+        @settings(SETTINGS, max_examples=50, derandomize=True)
+        @given(scenarios(created_at=protocol))
+        def run(scenario: Scenario) -> None:
+            for verdict in full_replay(scenario)[1]:
+                seen[(verdict.outcome, verdict.rule)] += 1
 
-    collect()
+        run()
+
+    collect(1)  # protocol-1 logs (an "upgrade" step may move them to 2 midway)
+    collect(2)  # tables created at protocol 2
     wanted: set[tuple[Outcome, Any]] = {
         (Outcome.ACCEPTED, None),
         (Outcome.PRUNED, None),
@@ -434,6 +646,9 @@ def test_generated_logs_reach_every_outcome_and_rule() -> None:
         (Outcome.REJECTED, Rule.CONCURRENT_APPEND),
         (Outcome.REJECTED, Rule.CONCURRENT_SCHEMA_CHANGE),
         (Outcome.REJECTED, Rule.CONCURRENT_DELETE),
+        (Outcome.REJECTED, Rule.DUPLICATE_PATH),
+        (Outcome.REJECTED, Rule.SEGMENT_ID_REUSED),
+        (Outcome.REJECTED, Rule.COLUMN_TYPE_CHANGE),
     }
     assert wanted <= set(seen), f"never produced: {wanted - set(seen)}"
     assert seen[(Outcome.ACCEPTED, None)] > sum(seen.values()) / 3
