@@ -12,13 +12,17 @@ from dataclasses import dataclass
 from catalog.errors import InvalidTableName
 
 TOPIC_PREFIX = "segcat."
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,100}")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}")
+"""1-100 characters from ``A-Z a-z 0-9 _ -``, not starting with ``-`` (a name like ``-h`` or
+``--help`` would read as an option on every command line that takes it)."""
 
 
 def check_identifier(value: str, what: str = "identifier") -> str:
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}…"
-        raise InvalidTableName(f"invalid {what} {shown!r}: use 1-100 characters from A-Z a-z 0-9 _ -")
+        raise InvalidTableName(
+            f"invalid {what} {shown!r}: use 1-100 characters from A-Z a-z 0-9 _ -, not starting with -"
+        )
     return value
 
 

@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -37,8 +38,8 @@ from typing import Any, Protocol
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -424,6 +425,26 @@ def _check_commit_id(commit_id: str) -> str:
     return commit_id
 
 
+_credentials_warned = threading.Event()
+
+
+def _warn_credentials_once(where: str, exc: AuthenticationError) -> None:
+    """Wrong Redis credentials make every reader fall back (slower, never wrong): say so once, loudly.
+
+    Names the settings to fix, never their values (the password stays out of every log line).
+    """
+    if _credentials_warned.is_set():
+        return
+    _credentials_warned.set()
+    log.warning(
+        "Redis at %s refused the credentials (%s): readers fall back to object storage and Kafka, "
+        "which is slower; check SEGCAT_REDIS_USERNAME / SEGCAT_REDIS_PASSWORD (or redis_username / "
+        "redis_password in the config file)",
+        where,
+        type(exc).__name__,
+    )
+
+
 class RedisStore:
     """Typed access to the catalog's Redis keys. Thread-safe (redis-py's connection pool).
 
@@ -481,6 +502,8 @@ class RedisStore:
         try:
             yield
         except (RedisConnectionError, RedisTimeoutError) as exc:
+            if isinstance(exc, AuthenticationError):
+                _warn_credentials_once(self.where, exc)
             raise ServiceUnavailable(
                 f"Redis at {self.where} unavailable during {op}: {exc} (readers fall back to object "
                 "storage and Kafka; check that Redis runs and SEGCAT_REDIS_URL / credentials are right)"

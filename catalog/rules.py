@@ -222,6 +222,8 @@ def _check_json(value: str | None, what: str) -> str | None:
         json.loads(value)
     except ValueError:
         return f"{what} is not valid JSON"
+    except RecursionError:
+        return f"{what} nests JSON too deeply"
     return None
 
 

@@ -182,7 +182,10 @@ def unreachable_hint(config: Config) -> str:
     """
     local = {f"127.0.0.1:{config.stack.kafka_port}", f"localhost:{config.stack.kafka_port}"}
     if config.bootstrap_servers in local and _refused(config.bootstrap_servers):
-        return "nothing listens there: start the local stack with `segcat stack up` (or set SEGCAT_BOOTSTRAP_SERVERS)"
+        return (
+            "nothing listens there: start the local stack with `segcat stack up` "
+            "(or point SEGCAT_BOOTSTRAP_SERVERS at your cluster)"
+        )
     protocol = config.kafka.get("security.protocol", "PLAINTEXT (the default)")
     return (
         f"check that the broker runs and that SEGCAT_BOOTSTRAP_SERVERS is right, and that security.protocol "

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 
-from _common import open_table, session
+from _common import open_table, run, session
 
 import spark_integration as si
+from catalog.cli import EXIT_CONFLICT
 from catalog.config import Config
 from catalog.errors import CommitConflict
 from catalog.expressions import col
@@ -37,7 +39,8 @@ def main() -> None:
     try:
         version = si.compact(spark, table, where=where, target_file_rows=args.target_file_rows)
     except CommitConflict as conflict:
-        raise SystemExit(f"compaction lost a race, nothing changed: {conflict}") from conflict
+        print(f"error: compaction lost a race, nothing changed: {conflict}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFLICT) from conflict
     finally:
         spark.stop()
     after = table.snapshot(version)
@@ -57,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

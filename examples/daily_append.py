@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 
-from _common import open_table, session
+from _common import open_table, run, session
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -81,4 +81,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-from _common import open_table, session
+from _common import open_table, run, session
 from pyspark.sql import DataFrame
 
 import spark_integration as si
@@ -75,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -15,20 +15,23 @@ from catalog.config import Config
 pytestmark = pytest.mark.kafka
 
 
-def _env(config: Config) -> dict[str, str]:
+def _env(config: Config, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {
         **os.environ,
         "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
         "SEGCAT_REDIS_URL": config.redis_url,
         "SEGCAT_WAREHOUSE": config.warehouse,
         "COLUMNS": "200",
+        **(extra or {}),
     }
 
 
-def segcat(config: Config, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def segcat(
+    config: Config, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "from catalog.cli import main; main()", *args],
-        env=_env(config),
+        env=_env(config, env),
         input=stdin,
         capture_output=True,
         text=True,
@@ -66,7 +69,7 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
     doc.write_text(json.dumps(_append_doc("a", "b")))
     first = segcat(config, "commit", table_name, str(doc))
     assert first.returncode == 0, first.stderr
-    assert "version 0" in first.stdout
+    v1 = int(first.stdout.rsplit("version", 1)[1])
     second = segcat(
         config,
         "commit",
@@ -81,19 +84,22 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
         ),
     )
     assert second.returncode == 0, second.stderr
+    v2 = int(second.stdout.rsplit("version", 1)[1])
+    assert v2 > v1
 
     lines = [json.loads(line) for line in segcat(config, "log", table_name, "--json").stdout.splitlines()]
-    assert [(r["offset"], r["outcome"], r["commit"]["operation"]) for r in lines] == [
-        (0, "ACCEPTED", "APPEND"),
-        (1, "ACCEPTED", "COMPACT"),
+    data = [r for r in lines if r["commit"]["operation"] in ("APPEND", "COMPACT")]  # not create's own record
+    assert [(r["offset"], r["outcome"], r["commit"]["operation"]) for r in data] == [
+        (v1, "ACCEPTED", "APPEND"),
+        (v2, "ACCEPTED", "COMPACT"),
     ]
-    assert lines[0]["commit"]["adds"][0]["stats"][0]["min"] == "2020-01-01"
+    assert data[0]["commit"]["adds"][0]["stats"][0]["min"] == "2020-01-01"
 
     head = json.loads(segcat(config, "show", table_name, "--json").stdout)
-    assert head["version"] == 1 and [s["segment_id"] for s in head["segments"]] == ["ab"]
-    old = json.loads(segcat(config, "show", table_name, "--version", "0", "--json").stdout)
+    assert head["version"] == v2 and [s["segment_id"] for s in head["segments"]] == ["ab"]
+    old = json.loads(segcat(config, "show", table_name, "--version", str(v1), "--json").stdout)
     assert sorted(s["segment_id"] for s in old["segments"]) == ["a", "b"]
-    diff = segcat(config, "diff", table_name, "0", "1")
+    diff = segcat(config, "diff", table_name, str(v1), str(v2))
     assert "+1 load" in diff.stdout and "-2 unload" in diff.stdout
 
 
@@ -103,28 +109,192 @@ def test_a_losing_commit_exits_non_zero_with_the_rule(
     segcat(config, "table", "create", table_name)
     segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
     again = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
-    assert again.returncode == 1
+    assert again.returncode == 3  # conflict (README, "Exit codes")
     assert "CommitConflict" in again.stderr and "4-duplicate-segment" in again.stderr
+    assert "Traceback" not in again.stderr
 
 
 @pytest.mark.parametrize(
-    ("args", "stdin", "message"),
+    ("args", "stdin", "message", "code"),
     [
-        (("table", "create", "../etc"), None, "InvalidTableName"),
-        (("show", "nope.missing_table"), None, "TableNotFound"),
-        (("commit", "NAME", "-"), "{not json", "not valid JSON"),
-        (("commit", "NAME", "-"), json.dumps({"operation": "APPEND", "drops": ["x"]}), "MalformedCommit"),
-        (("commit", "NAME", "-"), json.dumps({"operation": "EXPLODE"}), "MalformedCommit"),
-        (("commit", "NAME", "-"), json.dumps({"operation": "APPEND", "bogus": 1}), "unknown commit fields"),
-        (("show", "NAME", "--as-of", "yesterday-ish"), None, "neither epoch milliseconds nor ISO-8601"),
+        (("table", "create", "../etc"), None, "InvalidTableName", 2),
+        (("table", "create", "NAME"), None, "TableAlreadyExists", 3),
+        (("show", "nope.missing_table"), None, "TableNotFound", 4),
+        (("commit", "nope.missing_table", "-"), json.dumps(_append_doc("a")), "TableNotFound", 4),
+        (("commit", "NAME", "-"), "{not json", "not valid JSON", 2),
+        (("commit", "NAME", "-"), json.dumps({"operation": "APPEND", "drops": ["x"]}), "MalformedCommit", 2),
+        (("commit", "NAME", "-"), json.dumps({"operation": "EXPLODE"}), "MalformedCommit", 2),
+        (
+            ("commit", "NAME", "-"),
+            json.dumps({"operation": "APPEND", "bogus": 1}),
+            "unknown field 'bogus'",
+            2,
+        ),
+        (("show", "NAME", "--as-of", "yesterday-ish"), None, "neither epoch milliseconds nor ISO-8601", 2),
+        (("show", "NAME", "--version", "99999999999999999999"), None, "signed 64-bit integer", 2),
+        (("show", "NAME", "--version", "5"), None, "VersionNotFound", 4),
+        (("diff", "NAME", "12", "40"), None, "VersionNotFound", 4),
+        (("watch", "NAME", "--from", "-5"), None, "must be at least -1", 2),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_writes_nothing(
-    config: Config, table_name: str, args: tuple[str, ...], stdin: str | None, message: str
+    config: Config, table_name: str, args: tuple[str, ...], stdin: str | None, message: str, code: int
 ) -> None:
     segcat(config, "table", "create", table_name)
+    before = segcat(config, "log", table_name, "--json").stdout
     result = segcat(config, *(table_name if a == "NAME" else a for a in args), stdin=stdin)
-    assert result.returncode != 0
-    assert message in result.stderr + result.stdout
-    log = segcat(config, "log", table_name, "--json")
-    assert log.stdout.strip() == ""
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert segcat(config, "log", table_name, "--json").stdout == before
+
+
+def _strict(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise ValueError(f"{constant} in the output: not strict JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _segment(sid: str, **stats: object) -> dict[str, object]:
+    return {"segment_id": sid, "path": f"data/{sid}.parquet", "size_bytes": 10, "row_count": 2, **stats}
+
+
+def test_a_version_beyond_the_head_names_the_head(config: Config, table_name: str) -> None:
+    segcat(config, "table", "create", table_name)
+    segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
+    head = json.loads(segcat(config, "show", table_name, "--json").stdout)["version"]
+    result = segcat(config, "show", table_name, "--version", str(head + 10))
+    assert result.returncode == 4
+    assert "VersionNotFound" in result.stderr and f"ends at offset {head}" in result.stderr
+
+
+def test_a_time_after_the_last_commit_answers_the_head_and_says_so(config: Config, table_name: str) -> None:
+    segcat(config, "table", "create", table_name)
+    segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
+    text = segcat(config, "show", table_name, "--as-of", "2099-01-01")
+    assert text.returncode == 0, text.stderr
+    assert "after the table's last record" in text.stderr
+    as_json = segcat(config, "show", table_name, "--as-of", "2099-01-01T00:00:00Z", "--json")
+    shown = json.loads(as_json.stdout)
+    assert "after the table's last record" in shown["note"]
+    assert [s["segment_id"] for s in shown["segments"]] == ["a"]
+
+
+def test_show_json_lists_every_segment_unless_limited(config: Config, table_name: str) -> None:
+    segcat(config, "table", "create", table_name)
+    ids = [f"s{i:03d}" for i in range(60)]
+    assert segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc(*ids))).returncode == 0
+    everything = json.loads(segcat(config, "show", table_name, "--json").stdout)
+    assert (everything["live_segments"], everything["listed"], everything["truncated"]) == (60, 60, False)
+    assert sorted(s["segment_id"] for s in everything["segments"]) == ids
+    some = json.loads(segcat(config, "show", table_name, "--json", "--limit", "5").stdout)
+    assert (some["live_segments"], some["listed"], some["truncated"], len(some["segments"])) == (
+        60,
+        5,
+        True,
+        5,
+    )
+    text = segcat(config, "show", table_name)
+    assert "and 10 more (use --limit)" in text.stdout
+
+
+def test_log_and_show_json_are_strict_json_with_non_finite_stats(config: Config, table_name: str) -> None:
+    segcat(config, "table", "create", table_name)
+    stats = [
+        {"column": "f", "type": "FLOAT", "min": -1.5, "max": "Infinity", "null_count": 0, "nan_count": 1}
+    ]
+    doc = {"operation": "APPEND", "adds": [_segment("a", stats=stats)], "timestamp_ms": 1234}
+    committed = segcat(config, "commit", table_name, "-", stdin=json.dumps(doc))
+    assert committed.returncode == 0, committed.stderr
+    lines = [_strict(line) for line in segcat(config, "log", table_name, "--json").stdout.splitlines()]
+    (record,) = [r for r in lines if r["commit"]["operation"] == "APPEND"]  # type: ignore[index]
+    commit = record["commit"]  # type: ignore[index]
+    assert commit["timestamp_ms"] == 1234  # the file's timestamp is honoured
+    assert (
+        commit["adds"][0]["stats"][0]["max"] == "Infinity" and commit["adds"][0]["stats"][0]["nan_count"] == 1
+    )
+    shown = _strict(segcat(config, "show", table_name, "--json").stdout)
+    assert shown["segments"][0]["stats"][0]["max"] == "Infinity"  # type: ignore[index]
+
+
+def test_describe_and_upgrade_a_protocol_1_table(config: Config, table_name: str) -> None:
+    from catalog.names import TableName
+    from catalog.topics import TopicAdmin
+
+    TopicAdmin(config).create(TableName.parse(table_name))  # a topic as segcat made them before protocols
+    before = segcat(config, "table", "describe", table_name)
+    assert before.returncode == 0, before.stderr
+    assert "protocol: 1 (features: none)" in before.stdout and "cleanup.policy = compact" in before.stdout
+    upgraded = segcat(config, "table", "upgrade", table_name)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "from protocol 1 to protocol 2" in upgraded.stdout
+    after = segcat(config, "table", "describe", table_name)
+    assert "protocol: 2" in after.stdout and f"location: {config.warehouse}" in after.stdout
+    again = segcat(config, "table", "upgrade", table_name)
+    assert again.returncode == 0 and "already at protocol 2" in again.stdout
+
+
+def test_sasl_against_a_plaintext_broker_points_at_the_security_settings(config: Config) -> None:
+    result = segcat(
+        config,
+        "table",
+        "list",
+        env={
+            "SEGCAT_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "SEGCAT_KAFKA_SASL_MECHANISM": "PLAIN",
+            "SEGCAT_KAFKA_SASL_USERNAME": "user",
+            "SEGCAT_KAFKA_SASL_PASSWORD": "secret-pw",
+            "SEGCAT_REQUEST_TIMEOUT_S": "3",
+        },
+    )
+    assert result.returncode == 5
+    assert "security.protocol (SASL_PLAINTEXT)" in result.stderr and "stack up" not in result.stderr
+    assert "secret-pw" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_verbose_after_the_subcommand(config: Config, table_name: str) -> None:
+    segcat(config, "table", "create", table_name)
+    assert segcat(config, "show", table_name, "-v").returncode == 0
+    assert segcat(config, "table", "list", "-vv").returncode == 0
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize(
+    ("script", "table", "code", "message"),
+    [
+        ("compaction.py", "nope.missing_table", 4, "TableNotFound"),
+        ("stream_follower.py", "nope.missing_table", 4, "TableNotFound"),
+        ("stream_follower.py", "bad..name", 2, "InvalidTableName"),
+        ("daily_append.py", "ux_a.--help", 2, "InvalidTableName"),
+    ],
+)
+def test_the_examples_fail_with_one_line(
+    config: Config, script: str, table: str, code: int, message: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--table", table],
+        env=_env(config),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.spark
+def test_spark_read_and_write_on_a_missing_table_raise_table_not_found(config: Config) -> None:
+    import spark_integration as si
+    from catalog.errors import TableNotFound
+    from spark_integration.session import local_session
+
+    spark = local_session("segcat-tests", "local[2]")
+    df = spark.createDataFrame([(1, "x")], "id long, s string")
+    with pytest.raises(TableNotFound):
+        si.read(spark, "nope.missing_table", config=config)
+    with pytest.raises(TableNotFound):
+        si.write(df, "nope.missing_table", config=config)

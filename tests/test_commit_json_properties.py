@@ -3,7 +3,9 @@
 
 Three kinds of input: arbitrary JSON text, arbitrary JSON-ish Python values (NaN, huge
 integers, lone surrogates, tuples, bytes, non-string keys), and valid documents with one
-field swapped for an arbitrary value (which reach the deepest checks).
+field swapped for an arbitrary value (which reach the deepest checks). A document that is
+accepted must be exactly the JSON form of the commit it yields (nothing coerced) and must
+encode (nothing the writer would crash on).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from catalog import codec
 from catalog.errors import MalformedCommit, SegcatError
 from catalog.jsonio import commit_from_json, commit_to_json, dumps, parse_json
 from catalog.model import (
@@ -228,4 +231,7 @@ def test_a_valid_document_with_one_field_swapped_is_a_commit_or_a_typed_error(
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = replacement
-    _read(doc)
+    result = _read(doc)
+    if isinstance(result, Commit):  # accepted: then nothing was coerced, and the writer can send it
+        assert json.loads(dumps(commit_to_json(result))) == doc
+        codec.encode_commit(result)

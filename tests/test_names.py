@@ -12,7 +12,7 @@ from catalog.errors import InvalidTableName, SegcatError
 from catalog.names import TOPIC_PREFIX, TableName, check_identifier, table_name
 from tests.strategies import SETTINGS
 
-IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,100}")
+IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}")
 identifiers = st.from_regex(IDENTIFIER, fullmatch=True)
 
 BAD_QUALIFIED = {
@@ -44,6 +44,9 @@ BAD_QUALIFIED = {
     "101 chars": "ns." + "t" * 101,
     "long namespace": "n" * 101 + ".t",
     "plus": "ns.a+b",
+    "option-like table": "ux_a.--help",
+    "option-like namespace": "-h.t",
+    "dash first": "ns.-t",
 }
 
 
@@ -81,7 +84,7 @@ def test_non_strings_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "qualified", ["ns.t", "a.b", "Sales_EU.orders-2024", "0.9", "_.-", "n" * 100 + "." + "t" * 100]
+    "qualified", ["ns.t", "a.b", "Sales_EU.orders-2024", "0.9", "_._-", "a-.b--", "n" * 100 + "." + "t" * 100]
 )
 def test_good_names_round_trip_through_the_topic(qualified: str) -> None:
     name = TableName.parse(qualified)

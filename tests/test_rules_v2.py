@@ -412,3 +412,10 @@ def test_fold_accepted_gives_the_image_a_replay_gives() -> None:
     probe = [compact(("b",), (), base=5), append(seg("b"), base=5), append(seg("a", path="data/x"), base=5)]
     for c in probe:
         assert rules.judge(folded, 6, c) == rules.judge(full, 6, c)
+
+
+def test_a_deeply_nested_json_schema_is_invalid_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    v1, v2 = both(append(seg("a", schema=deep)), commit(Operation.SET_SCHEMA, 0, schema=deep))
+    assert v2[0].outcome is Outcome.INVALID and "too deeply" in v2[0].detail
+    assert v1[1].outcome is v2[1].outcome is Outcome.INVALID

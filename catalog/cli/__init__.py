@@ -1,13 +1,19 @@
-"""``segcat``: one command line for the stack, tables, commits and reads."""
+"""``segcat``: one command line for the stack, tables, commits and reads.
+
+Every failure ends in one line on stderr and an exit code a script can act on
+(README, "Exit codes"): 2 invalid input, 3 conflict, 4 not found, 5 service unavailable,
+1 anything else. A traceback is printed only with ``-vv``.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+import traceback
+from importlib import metadata
 
 import click
-from rich.console import Console
 
 from catalog.cli.commit_cmd import commit_cmd
 from catalog.cli.demo import demo_cmd
@@ -15,48 +21,158 @@ from catalog.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from catalog.cli.service_cmds import materializer_cmd, watch_cmd
 from catalog.cli.stack_cmds import stack
 from catalog.cli.table_cmds import table
-from catalog.errors import SegcatError
+from catalog.errors import (
+    CommitConflict,
+    CommitTooLarge,
+    ConfigError,
+    InvalidArgument,
+    InvalidCommit,
+    InvalidTableName,
+    MalformedCommit,
+    SegcatError,
+    ServiceUnavailable,
+    TableAlreadyExists,
+    TableNotFound,
+    VersionNotFound,
+)
 
-err_console = Console(stderr=True)
+EXIT_ERROR = 1
+EXIT_INVALID = 2
+EXIT_CONFLICT = 3
+EXIT_NOT_FOUND = 4
+EXIT_UNAVAILABLE = 5
+EXIT_INTERRUPTED = 130
+
+_EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
+    (InvalidArgument, EXIT_INVALID),  # InvalidPredicate too
+    (MalformedCommit, EXIT_INVALID),
+    (InvalidCommit, EXIT_INVALID),
+    (CommitTooLarge, EXIT_INVALID),
+    (InvalidTableName, EXIT_INVALID),
+    (ConfigError, EXIT_INVALID),
+    (CommitConflict, EXIT_CONFLICT),
+    (TableAlreadyExists, EXIT_CONFLICT),
+    (TableNotFound, EXIT_NOT_FOUND),
+    (VersionNotFound, EXIT_NOT_FOUND),
+    (ServiceUnavailable, EXIT_UNAVAILABLE),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for an error (README, "Exit codes"); the examples use it too."""
+    if isinstance(exc, click.UsageError):
+        return EXIT_INVALID
+    for kind, code in _EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_ERROR
+
+
+_verbosity = 0
+
+
+def _add_verbosity(ctx: click.Context, _: click.Parameter, count: int) -> None:
+    """``-v`` counts wherever it is given, before or after the subcommand."""
+    global _verbosity
+    if ctx.parent is None and isinstance(ctx.command, click.Group):
+        _verbosity = 0  # a new ``segcat`` invocation (the demo also runs subcommands on their own)
+    _verbosity += count
+    level = logging.WARNING - 10 * min(_verbosity, 2)
+    logging.getLogger().setLevel(level)
+    logging.getLogger("segcat.librdkafka").setLevel(logging.DEBUG if _verbosity >= 2 else logging.ERROR)
+
+
+def _verbose_option() -> click.Option:
+    return click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        callback=_add_verbosity,
+        help="More log lines (-v info, -vv debug and tracebacks); also after the subcommand.",
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("segcat")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (or SEGCAT_CONFIG)."
 )
-@click.option("-v", "--verbose", count=True, help="More log lines (-v info, -vv debug).")
+@click.version_option(_version(), "--version", prog_name="segcat", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, config_path: str | None, verbose: int) -> None:
+def cli(ctx: click.Context, config_path: str | None) -> None:
     """segcat: an event-sourced table catalog on Kafka."""
-    level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if verbose < 2:
-        logging.getLogger("segcat.librdkafka").setLevel(logging.ERROR)
     if config_path:
         os.environ["SEGCAT_CONFIG"] = config_path
     ctx.ensure_object(dict)
 
 
-cli.add_command(stack)
-cli.add_command(table)
-cli.add_command(commit_cmd)
-cli.add_command(log_cmd)
-cli.add_command(show_cmd)
-cli.add_command(diff_cmd)
-cli.add_command(demo_cmd)
-cli.add_command(materializer_cmd)
-cli.add_command(watch_cmd)
+cli.params.insert(0, _verbose_option())
+for _command in (
+    stack,
+    table,
+    commit_cmd,
+    log_cmd,
+    show_cmd,
+    diff_cmd,
+    demo_cmd,
+    materializer_cmd,
+    watch_cmd,
+):
+    cli.add_command(_command)
 
 
-def main() -> None:
+def _with_verbosity(command: click.Command) -> None:
+    if not any(isinstance(p, click.Option) and "-v" in p.opts for p in command.params):
+        command.params.append(_verbose_option())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_verbosity(sub)
+
+
+for _command in cli.commands.values():
+    _with_verbosity(_command)
+
+
+def _fail(message: str) -> None:
+    text = " ".join(message.split("\n"))
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {text}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``segcat`` entry point: run the command, turn every failure into one line and an exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("segcat.librdkafka").setLevel(logging.ERROR)
     try:
-        cli.main(standalone_mode=False)
+        code = cli.main(argv, prog_name="segcat", standalone_mode=False)
     except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+        _fail("aborted")
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "segcat"
+        _fail(f"{exc.format_message()} (see '{where} -h')")
+        sys.exit(exit_code(exc) if isinstance(exc, click.UsageError) else EXIT_INVALID)
     except SegcatError as exc:
-        err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}")
-        sys.exit(1)
+        if _verbosity >= 2:
+            traceback.print_exc()
+        _fail(f"{type(exc).__name__}: {exc}")
+        sys.exit(exit_code(exc))
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the reader left (| head)
+        sys.exit(EXIT_ERROR)
+    except Exception as exc:
+        if _verbosity >= 2:
+            traceback.print_exc()
+        _fail(
+            f"unexpected {type(exc).__name__}: {exc} — this is a bug in segcat, please report it "
+            "with the command you ran (run it again with -vv for the traceback)"
+        )
+        sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)

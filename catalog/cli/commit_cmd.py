@@ -2,42 +2,41 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
-from typing import TextIO
+from typing import BinaryIO
 
 import click
 
 from catalog.cli.render import console
 from catalog.config import Config
-from catalog.errors import MalformedCommit
-from catalog.jsonio import commit_from_json
+from catalog.jsonio import commit_from_json, parse_json
+from catalog.names import table_name
 from producers import TableWriter
+from producers.writer import default_writer_id
 
 
 @click.command("commit")
 @click.argument("name")
-@click.argument("file", type=click.File("r"))
-def commit_cmd(name: str, file: TextIO) -> None:
+@click.argument("file", type=click.File("rb"))
+def commit_cmd(name: str, file: BinaryIO) -> None:
     """Publish the commit in FILE (JSON; '-' for stdin) to table NAME and print its version.
 
     The document needs "operation" and whatever that operation carries ("adds", "drops",
-    "tombstones", ...); see docs/PROTOCOL.md. base_version defaults to the head the
-    writer reads first.
+    "tombstones", ...); docs/commit.schema.json is its JSON Schema, docs/PROTOCOL.md its
+    meaning. Left out, base_version is the head the writer reads first, timestamp_ms now.
+    The document is checked before anything is read or written.
     """
-    try:
-        raw = json.load(file)
-    except json.JSONDecodeError as exc:
-        raise MalformedCommit(f"{file.name} is not valid JSON: {exc}") from exc
-    with TableWriter(Config.load(), name) as writer:
-        head = writer.refresh().version
-        commit = commit_from_json(
-            raw,
-            table=writer.name.qualified,
-            writer_id=writer.writer_id,
-            base_version=head,
-            now_ms=int(time.time() * 1000),
-        )
+    qualified = table_name(name).qualified
+    source = "stdin" if file.name in ("<stdin>", "-") else str(file.name)
+    raw = parse_json(file.read(), source=source)
+    writer_id = default_writer_id()
+    commit = commit_from_json(
+        raw, table=qualified, writer_id=writer_id, base_version=-1, now_ms=int(time.time() * 1000)
+    )
+    with TableWriter(Config.load(), qualified, writer_id=writer_id) as writer:
+        if "base_version" not in raw:
+            commit = dataclasses.replace(commit, base_version=writer.refresh().version)
         version = writer.commit(commit)
     console.print(
         f"[green]ACCEPTED[/] {commit.operation.value} {commit.commit_id} → version [bold]{version}[/]"

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from catalog import stack as local_stack
+from catalog.cli.params import Integer
 from catalog.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from catalog.cli.render import console
 from catalog.config import Config
@@ -60,9 +61,13 @@ def _write_day(root: str, day: dt.date, rows: int, seed: int) -> Segment:
     )
 
 
+DAYS = Integer(1, 366, what="a number of days")
+FILES = Integer(1, 100, what="a number of files")
+
+
 @click.command("demo")
-@click.option("--days", type=int, default=4, show_default=True, help="Daily partitions to append.")
-@click.option("--files-per-day", type=int, default=3, show_default=True)
+@click.option("--days", type=DAYS, default=4, show_default=True, help="Daily partitions to append.")
+@click.option("--files-per-day", type=FILES, default=3, show_default=True)
 def demo_cmd(days: int, files_per_day: int) -> None:
     """Run the end-to-end demo: stack, commits from two writers, a race, reads and time travel."""
     config = replace(Config.load(), keyframe_every_commits=4, metrics_port=0)

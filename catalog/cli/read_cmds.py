@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.table import Table as RichTable
 
-from catalog.cli.render import console, fmt_ts, parse_as_of, replay_progress, segments_view
+from catalog.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION
+from catalog.cli.render import console, fmt_ts, print_note, replay_progress, segments_view
 from catalog.config import Config
-from catalog.jsonio import commit_to_json, segment_to_json
+from catalog.jsonio import commit_to_json, dumps, segment_to_json
 from catalog.rules import Outcome
 from catalog.table import Catalog
 
@@ -24,10 +23,10 @@ _STYLE = {
 
 @click.command("log")
 @click.argument("name")
-@click.option("--from", "start", type=int, default=0, help="First offset to show.")
-@click.option("--limit", type=int, default=None, help="Show at most this many records (the newest).")
+@click.option("--from", "start", type=OFFSET, default=0, help="First offset to show.")
+@click.option("--limit", type=POSITIVE, default=None, help="Show at most this many records (the newest).")
 @click.option("--accepted-only", is_flag=True, help="Hide rejected, invalid and duplicate records.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (strict JSON).")
 def log_cmd(name: str, start: int, limit: int | None, accepted_only: bool, as_json: bool) -> None:
     """Every record of table NAME with the rules' verdict: the commit log."""
     table = Catalog(Config.load()).table(name)
@@ -37,7 +36,7 @@ def log_cmd(name: str, start: int, limit: int | None, accepted_only: bool, as_js
     if as_json:
         for r in records:
             click.echo(
-                json.dumps(
+                dumps(
                     {
                         "offset": r.verdict.offset,
                         "timestamp_ms": r.timestamp_ms,
@@ -68,38 +67,59 @@ def log_cmd(name: str, start: int, limit: int | None, accepted_only: bool, as_js
     console.print(view)
 
 
+TEXT_LIMIT = 50
+"""Segments ``show`` and ``diff`` list as text unless ``--limit`` says otherwise."""
+
+
 @click.command("show")
 @click.argument("name")
-@click.option("--version", "version", type=int, default=None, help="Any offset; default: the head.")
-@click.option("--as-of", "as_of", default=None, help="Broker time: epoch ms or ISO-8601.")
-@click.option("--limit", type=int, default=50, show_default=True, help="Segments to list.")
-@click.option("--json", "as_json", is_flag=True)
-def show_cmd(name: str, version: int | None, as_of: str | None, limit: int, as_json: bool) -> None:
+@click.option(
+    "--version", "version", type=VERSION, default=None, help="Any offset up to the head; default: the head."
+)
+@click.option(
+    "--as-of", "as_of", type=AS_OF, default=None, help="Broker time: epoch ms or ISO-8601 (UTC if no zone)."
+)
+@click.option(
+    "--limit", type=COUNT, default=None, help=f"Segments to list (text: {TEXT_LIMIT}; --json: all)."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Strict JSON; live_segments is the total, truncated says whether --limit cut the list.",
+)
+def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | None, as_json: bool) -> None:
     """The live segments of table NAME at a version or time."""
     if version is not None and as_of is not None:
         raise click.UsageError("give --version or --as-of, not both")
     table = Catalog(Config.load()).table(name)
     with replay_progress(table, "replaying") as listener:
-        snap = table.snapshot(version, None if as_of is None else parse_as_of(as_of), listener=listener)
+        snap = table.snapshot(version, as_of, listener=listener)
+    print_note(snap.note)
     segments = snap.segment_list()
     if as_json:
+        listed = segments if limit is None else segments[:limit]
         click.echo(
-            json.dumps(
+            dumps(
                 {
                     "table": str(table.name),
                     "version": snap.version,
                     "timestamp_ms": snap.timestamp_ms,
+                    "note": snap.note,
                     "live_segments": len(segments),
+                    "listed": len(listed),
+                    "truncated": len(listed) < len(segments),
                     "rows": snap.live_rows,
                     "bytes": snap.live_bytes,
                     "schema": snap.schema,
                     "properties": snap.properties,
                     "tombstones": [{"predicate": t.predicate, "version": t.version} for t in snap.tombstones],
-                    "segments": [segment_to_json(s) for s in segments[:limit]],
+                    "segments": [segment_to_json(s) for s in listed],
                 }
             )
         )
         return
+    limit = TEXT_LIMIT if limit is None else limit
     console.print(
         f"[bold]{table.name}[/] version [bold cyan]{snap.version}[/] at {fmt_ts(snap.timestamp_ms)}: "
         f"{len(segments):,} live segments, {snap.live_rows:,} rows, {snap.live_bytes:,} bytes"
@@ -111,11 +131,11 @@ def show_cmd(name: str, version: int | None, as_of: str | None, limit: int, as_j
     console.print(segments_view(segments, f"live segments at {snap.version}", limit))
 
 
-@click.command("diff")
+@click.command("diff", context_settings={"ignore_unknown_options": True})  # `diff t -1 5`: -1 is a version
 @click.argument("name")
-@click.argument("from_version", type=int)
-@click.argument("to_version", type=int)
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.argument("from_version", type=VERSION)
+@click.argument("to_version", type=VERSION)
+@click.option("--limit", type=COUNT, default=TEXT_LIMIT, show_default=True, help="Segments to list per side.")
 def diff_cmd(name: str, from_version: int, to_version: int, limit: int) -> None:
     """Segments to load and unload to move table NAME from FROM_VERSION to TO_VERSION."""
     table = Catalog(Config.load()).table(name)

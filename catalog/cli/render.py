@@ -6,7 +6,6 @@ import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
@@ -17,6 +16,7 @@ from catalog.state import TableState
 from catalog.table import Table
 
 console = Console()
+err_console = Console(stderr=True)
 
 
 def fmt_ts(ms: int) -> str:
@@ -25,17 +25,10 @@ def fmt_ts(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
-def parse_as_of(value: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC when no zone is given)."""
-    if value.lstrip("-").isdigit():
-        return int(value)
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor ISO-8601") from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp() * 1000)
+def print_note(note: str | None) -> None:
+    """What the caller should know about how a version or time was resolved (stderr, dim)."""
+    if note:
+        err_console.print(note, style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 @contextmanager

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import click
 
 from catalog import logs
+from catalog.cli.params import PORT, POSITIVE, VERSION
 from catalog.cli.render import console, fmt_ts
 from catalog.config import Config
+from catalog.jsonio import dumps
 from catalog.redis_store import RedisStore
 from catalog.table import Catalog
 
@@ -18,7 +19,7 @@ from catalog.table import Catalog
 @click.command("materializer")
 @click.option("--group", default="segcat-materializer", show_default=True, help="Kafka consumer group.")
 @click.option(
-    "--metrics-port", type=int, default=None, help="Prometheus port (default from config; 0 = off)."
+    "--metrics-port", type=PORT, default=None, help="Prometheus port (default from config; 0 = off)."
 )
 @click.option("--no-redis", is_flag=True, help="Write key frames to object storage only.")
 @click.option("--pattern", default=r"^segcat\..*", show_default=True, help="Topic regex to follow.")
@@ -39,14 +40,20 @@ def materializer_cmd(group: str, metrics_port: int | None, no_redis: bool, patte
 @click.argument("name", required=False)
 @click.option("--all", "all_tables", is_flag=True, help="Every table (global channel; needs Redis).")
 @click.option(
-    "--from", "from_version", type=int, default=None, help="Start after this version (default: head)."
+    "--from",
+    "from_version",
+    type=VERSION,
+    default=None,
+    help="Start after this version (-1: from the first; default: the head).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@click.option("--count", type=int, default=None, help="Stop after this many changes.")
+@click.option("--count", type=POSITIVE, default=None, help="Stop after this many changes.")
 def watch_cmd(
     name: str | None, all_tables: bool, from_version: int | None, as_json: bool, count: int | None
 ) -> None:
     """Print version changes of table NAME as they happen (gap-free)."""
+    if all_tables and (name or from_version is not None):
+        raise click.UsageError("--all follows every table from now on: it takes no NAME and no --from")
     config = Config.load()
     seen = 0
     if all_tables:
@@ -66,7 +73,7 @@ def watch_cmd(
             console.print(f"watching [bold]{table.name}[/] after version {watcher.last} (Ctrl-C to stop)")
         for change in watcher:
             if as_json:
-                click.echo(json.dumps(change.__dict__))
+                click.echo(dumps(asdict(change)))
             else:
                 rows = "" if change.rows_delta is None else f" rows {change.rows_delta:+,}"
                 console.print(

@@ -36,7 +36,7 @@ def down() -> None:
 
 @stack.command("status")
 def status() -> None:
-    """Show each service: running, answering, pid, address and log file."""
+    """Show each service: running, answering, pid, address and log file; exit 5 when not running."""
     result = local_stack.status(Config.load())
     view = RichTable("service", "running", "answering", "pid", "address", "log")
     for svc in result.services:
@@ -50,4 +50,4 @@ def status() -> None:
         )
     console.print(view)
     if not result.running:
-        raise SystemExit(3)
+        raise SystemExit(5)  # service unavailable (README, "Exit codes")

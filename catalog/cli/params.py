@@ -1,0 +1,97 @@
+"""Click parameter types that refuse impossible values before any I/O (exit 2).
+
+``click.INT`` takes ``1_000``, `` 12 `` and numbers no Kafka offset can be; these take
+decimal integers in a stated range and say which range when they refuse.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:  # click ≥ 8.2 makes ParamType generic; subscripting it at run time needs that
+    _IntType = click.ParamType[int]
+else:
+    _IntType = click.ParamType
+
+INT64_MAX = 2**63 - 1
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class Integer(_IntType):
+    """A decimal integer in ``[minimum, maximum]``; ``what`` names it in errors."""
+
+    name = "integer"
+
+    def __init__(
+        self, minimum: int, maximum: int = INT64_MAX, *, what: str = "a number", note: str = ""
+    ) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        self.what = what
+        self.note = note
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and _INTEGER.fullmatch(value) and len(value) <= 40:
+            number = int(value)
+        else:
+            self.fail(f"{str(value)[:40]!r} is not {self.what} (a decimal integer)", param, ctx)
+        if not self.minimum <= number <= self.maximum:
+            shown = str(number) if len(str(number)) <= 25 else f"{str(number)[:25]}…"
+            limit = (
+                f"at most {self.maximum}"
+                + (" (it must fit a signed 64-bit integer)" if self.maximum == INT64_MAX else "")
+                if number > self.maximum
+                else f"at least {self.minimum}"
+            )
+            self.fail(f"{shown} is not {self.what}: it must be {limit}{self.note}", param, ctx)
+        return number
+
+
+VERSION = Integer(-1, what="a version", note="; versions are Kafka offsets, -1 is the empty table")
+"""A table version: an offset ≥ 0, or -1 for the empty table (what ``Table.snapshot`` accepts)."""
+OFFSET = Integer(0, what="an offset")
+COUNT = Integer(0, what="a count")
+POSITIVE = Integer(1, what="a positive count")
+PORT = Integer(0, 65_535, what="a port", note=" (0 = off)")
+
+
+class AsOf(_IntType):
+    """A broker time: epoch milliseconds, or ISO-8601 (UTC when no zone is given); never before 1970."""
+
+    name = "time"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            ms = value
+        else:
+            try:
+                ms = parse_as_of(str(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if not 0 <= ms < INT64_MAX:
+            self.fail(
+                f"{value!s:.40} is not a time a Kafka log can hold (from 1970 on, in epoch ms)", param, ctx
+            )
+        return ms
+
+
+def parse_as_of(value: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 time (UTC when no zone is given); ``ValueError`` otherwise."""
+    if _INTEGER.fullmatch(value) and len(value) <= 40:
+        return int(value)
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value[:40]!r} is neither epoch milliseconds nor ISO-8601") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return (parsed - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+
+
+AS_OF = AsOf()
