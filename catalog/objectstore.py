@@ -177,24 +177,6 @@ class ObjectStore:
             if not missing_ok:
                 raise
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Every object under the directory ``prefix`` (recursively), sorted, relative to the root."""
-        check_key(prefix.rstrip("/"), allow_root=True)
-        root = self._backend.root.rstrip("/")
-        base = f"{root}/{prefix.strip('/')}".rstrip("/") if prefix.strip("/") else root
-        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        try:
-            infos = self._backend.fs.get_file_info(selector)
-        except NotADirectoryError:
-            return []
-        strip = len(root) + 1
-        found = (
-            info.path[strip:]
-            for info in infos
-            if info.type == pafs.FileType.File and TEMP_MARKER not in info.base_name
-        )
-        return sorted(found)
-
     @property
     def uses_temp_files(self) -> bool:
         """Whether ``put`` writes a temp file beside the object (not S3 / GCS: one upload)."""
@@ -233,6 +215,24 @@ class ObjectStore:
                 continue  # removed meanwhile (its put finished, or another sweeper)
             removed.append(info.path[len(root) + 1 :])
         return sorted(removed)
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every object under the directory ``prefix`` (recursively), sorted, relative to the root."""
+        check_key(prefix.rstrip("/"), allow_root=True)
+        root = self._backend.root.rstrip("/")
+        base = f"{root}/{prefix.strip('/')}".rstrip("/") if prefix.strip("/") else root
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        try:
+            infos = self._backend.fs.get_file_info(selector)
+        except NotADirectoryError:
+            return []
+        strip = len(root) + 1
+        found = (
+            info.path[strip:]
+            for info in infos
+            if info.type == pafs.FileType.File and TEMP_MARKER not in info.base_name
+        )
+        return sorted(found)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self._uri_prefix!r})"

@@ -1,8 +1,6 @@
-"""``python -m materializer`` = ``segcat materializer`` (for process supervisors and tests)."""
+"""``python -m materializer``: the materializer command (for process supervisors and tests)."""
 
-import sys
-
-from catalog.cli import cli
+from materializer.command import main
 
 if __name__ == "__main__":
-    cli.main(["materializer", *sys.argv[1:]], prog_name="segcat")
+    main()

@@ -45,7 +45,10 @@ class Endpoints:
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="segcat-metrics", kwargs={"poll_interval": 0.2}, daemon=True
+            target=self._server.serve_forever,
+            name="segcat-metrics",
+            kwargs={"poll_interval": 0.2},
+            daemon=True,
         )
         self._thread.start()
 
@@ -62,10 +65,10 @@ def serve(port: int, addr: str, registry: CollectorRegistry, health: Health) -> 
 
 def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             self._answer(head=False)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._answer(head=True)
 
         def _answer(self, *, head: bool) -> None:
@@ -93,7 +96,7 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPReques
             if not head:
                 self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (base class signature)
+        def log_message(self, format: str, *args: Any) -> None:
             log.debug("http " + format, *args)
 
     return Handler

@@ -3,35 +3,133 @@
 Kafka spreads the tables over the running instances. On assignment each table is
 recovered from its newest valid key frame and the partition is positioned right after
 it; the group's committed offsets are only progress markers for lag dashboards.
+
+One table never stops the service. An error while materializing table T (applying a
+record, flushing Redis, writing a key frame or an archive, recovering) *parks* T: its
+partition is paused, so no later record of T is applied after the failed one; one log
+line, a metric and the health answer say why; and T is retried with exponential back-off
+(1 s doubling to 5 min) by recovering it from its newest key frame and seeking there.
+
+Membership is static (``group.instance.id``, stable per instance) with a short session
+timeout: a killed instance that comes back under the same id gets its tables back at once
+instead of after the broker's session timeout, and a dead one is replaced within ~10 s.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from catalog.clients import consumer_config
 from catalog.config import Config
-from catalog.errors import InvalidTableName, ServiceUnavailable
+from catalog.errors import ConfigError, InvalidTableName, SegcatError, UnsupportedProtocol
 from catalog.model import LogRecord
 from catalog.names import TableName
 from catalog.objectstore import ObjectStore
 from catalog.redis_store import RedisStore
 from catalog.table_files import TableFiles
-from materializer import metrics
+from materializer import endpoints, metrics
+from materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from materializer.table_materializer import TableMaterializer
 
 log = logging.getLogger("segcat.materializer")
 
+_librdkafka_log = logging.getLogger("segcat.librdkafka.materializer")
+_librdkafka_log.addFilter(ThrottleFilter())
+"""The consumer's own log lines, throttled: on a SASL failure librdkafka logs ~20 a second."""
+
 TOPIC_PATTERN = r"^segcat\..*"
 DEFAULT_GROUP = "segcat-materializer"
 TICK_SECONDS = 1.0
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+"""Kafka's default is 45 s; the broker's floor (``group.min.session.timeout.ms``) is 6 s."""
+INSTANCE_ID_ENV = "SEGCAT_MATERIALIZER_INSTANCE_ID"
+POLL_STALE_S = 30.0
+"""The health answer calls the consumer dead when the loop has not polled for this long."""
+STRIKES_RESET_S = 60.0
+"""A table that ran this long without failing starts its back-off from 1 s again."""
+
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_AUTH_ERRORS = {
+    "_AUTHENTICATION",
+    "SASL_AUTHENTICATION_FAILED",
+    "TOPIC_AUTHORIZATION_FAILED",
+    "GROUP_AUTHORIZATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED",
+}
+
+
+class FatalConsumerError(SegcatError):
+    """Kafka declared the consumer unusable (e.g. another instance with the same instance id
+    fenced this one); the materializer stops instead of spinning."""
+
+
+def default_instance_id(env: Mapping[str, str] | None = None) -> str:
+    """``SEGCAT_MATERIALIZER_INSTANCE_ID``, else ``segcat-materializer-<hostname>``.
+
+    Stable across restarts of the same instance (that is what makes a restart fast); two
+    instances in one group must differ, or the newer one fences the older.
+    """
+    env = os.environ if env is None else env
+    configured = env.get(INSTANCE_ID_ENV)
+    if configured is not None:
+        return configured
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "localhost"
+    return f"segcat-materializer-{host}"[:249]
+
+
+def check_instance_id(instance_id: str) -> str:
+    """The id if Kafka accepts it ('' = dynamic membership), else ``ConfigError``."""
+    if instance_id and (not _INSTANCE_ID.fullmatch(instance_id) or instance_id in (".", "..")):
+        raise ConfigError(
+            f"materializer instance id {instance_id[:80]!r} must match [A-Za-z0-9._-]{{1,249}}; "
+            f"set --instance-id or {INSTANCE_ID_ENV}"
+        )
+    return instance_id
+
+
+@dataclass
+class Parked:
+    """A table paused after a failure, waiting for its retry."""
+
+    table: str
+    stage: str
+    offset: int | None
+    """The record being applied (or the table's position); None when recovery failed."""
+    error_type: str
+    error: str
+    since_ms: int
+    failures: int
+    """Consecutive failures (the back-off doubles with each)."""
+    retry_at: float
+    """``time.monotonic()`` of the next attempt."""
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "stage": self.stage,
+            "offset": self.offset,
+            "error_type": self.error_type,
+            "error": self.error,
+            "since_ms": self.since_ms,
+            "failures": self.failures,
+            "retry_in_s": round(max(self.retry_at - now, 0.0), 1),
+        }
+
+
+_FLUSH_BEFORE_PARKING = {"rules", "archive", "keyframe"}
+"""Stages after which the queued Redis writes (of records before the failed one) still go out."""
 
 
 class Materializer:
@@ -44,21 +142,41 @@ class Materializer:
         group_id: str = DEFAULT_GROUP,
         use_redis: bool = True,
         pattern: str = TOPIC_PATTERN,
+        instance_id: str | None = None,
+        session_timeout_ms: int | None = None,
     ) -> None:
         self.config = config
         self.group_id = group_id
         self.pattern = pattern
+        self.instance_id = check_instance_id(default_instance_id() if instance_id is None else instance_id)
+        if session_timeout_ms is not None and session_timeout_ms < 1:
+            raise ConfigError(f"session timeout must be ≥ 1 ms, got {session_timeout_ms}")
+        self.session_timeout_ms = session_timeout_ms
         self.store = ObjectStore.from_config(config)
         self.redis = RedisStore.from_config(config) if use_redis else None
+        self.gate = RedisGate()
         self.tables: dict[str, TableMaterializer] = {}
+        self.parked: dict[str, Parked] = {}
         self.stop = threading.Event()
+        self.metrics_port: int | None = None
+        """The port the endpoints listen on once ``run`` started them (None: not served)."""
         self._consumer: Consumer | None = None
         self._catching_up: dict[str, int] = {}
+        self._strikes: dict[str, int] = {}
+        self._resumed_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+        """Guards ``tables`` and ``parked`` against the health endpoint's thread."""
+        self._last_poll = 0.0
+        self._fatal: KafkaError | None = None
+        self._brokers_down = False
+        self._kafka_error: tuple[str, str, float] | None = None
+        self._kafka_throttle = Throttle()
 
     # ------------------------------------------------------------------ assignment
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         positioned = []
+        failed: list[tuple[str, TableMaterializer, Exception]] = []
         for tp in partitions:
             try:
                 name = TableName.from_topic(tp.topic)
@@ -68,31 +186,208 @@ class Materializer:
             if tp.partition != 0:
                 log.error("table topic has more than one partition; ignoring it", extra={"topic": tp.topic})
                 continue
-            table = TableMaterializer(name, self.config, self.redis, TableFiles(self.store, name))
-            tp.offset = table.recover()
-            self.tables[tp.topic] = table
-            _, high = consumer.get_watermark_offsets(tp, timeout=self.config.request_timeout_s, cached=False)
+            table = TableMaterializer(name, self.config, self.redis, TableFiles(self.store, name), self.gate)
+            with self._lock:
+                self.tables[tp.topic] = table
+            try:
+                tp.offset = table.recover()
+            except Exception as exc:  # parked below, once the partition is assigned
+                tp.offset = OFFSET_BEGINNING
+                failed.append((tp.topic, table, exc))
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    tp, timeout=self.config.request_timeout_s, cached=False
+                )
+            except KafkaException as exc:
+                log.warning("watermarks unavailable", extra={"table": name.qualified, "error": str(exc)})
+                high = 0
             self._catching_up[tp.topic] = high - 1
             positioned.append(tp)
             log.info(
                 "table assigned", extra={"table": name.qualified, "from_offset": tp.offset, "head": high - 1}
             )
         consumer.assign(positioned)
+        for topic, table, error in failed:
+            self._park(consumer, topic, table, error, offset=None, stage="recover")
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            table = self.tables.pop(tp.topic, None)
+            with self._lock:
+                table = self.tables.pop(tp.topic, None)
+                parked = self.parked.pop(tp.topic, None)
             self._catching_up.pop(tp.topic, None)
+            self._strikes.pop(tp.topic, None)
+            self._resumed_at.pop(tp.topic, None)
+            if parked is not None:
+                metrics.TABLE_PARKED.labels(parked.table).set(0)
             if table is not None:
                 log.info(
                     "table revoked", extra={"table": table.name.qualified, "version": table.state.version}
                 )
         consumer.unassign()
 
+    # ------------------------------------------------------------------ parking
+
+    def _park(
+        self,
+        consumer: Consumer,
+        topic: str,
+        table: TableMaterializer,
+        exc: Exception,
+        *,
+        offset: int | None,
+        stage: str | None = None,
+    ) -> None:
+        """Pause the table's partition, say why once, and schedule its retry."""
+        stage = stage or table.stage
+        if stage in _FLUSH_BEFORE_PARKING:
+            try:
+                table.flush()
+            except Exception:
+                log.debug("flush before parking failed", exc_info=True)
+        try:
+            consumer.pause([TopicPartition(topic, 0)])
+        except KafkaException as err:  # not assigned any more: nothing to pause
+            log.debug("pause failed", extra={"table": table.name.qualified, "error": str(err)})
+        failures = self._strikes.get(topic, 0) + 1
+        self._strikes[topic] = failures
+        delay = backoff_delay(failures)
+        parked = Parked(
+            table=table.name.qualified,
+            stage=stage,
+            offset=offset,
+            error_type=type(exc).__name__,
+            error=str(exc),
+            since_ms=int(time.time() * 1000),
+            failures=failures,
+            retry_at=time.monotonic() + delay,
+        )
+        with self._lock:
+            self.parked[topic] = parked
+        metrics.TABLE_PARKED.labels(parked.table).set(1)
+        metrics.TABLE_FAILURES.labels(parked.table, stage).inc()
+        extra: dict[str, Any] = {
+            "table": parked.table,
+            "offset": offset,
+            "stage": stage,
+            "error_type": parked.error_type,
+            "error": parked.error,
+            "failures": failures,
+            "retry_in_s": delay,
+        }
+        if isinstance(exc, UnsupportedProtocol):
+            extra["hint"] = (
+                "the table's log uses a protocol this segcat does not know: upgrade segcat; "
+                "the table stays parked (other tables go on) until then"
+            )
+        # A bug deserves its traceback; an error segcat raised on purpose says it all.
+        log.error("table parked", extra=extra, exc_info=None if isinstance(exc, SegcatError) else exc)
+
+    def _retry_due(self, consumer: Consumer) -> None:
+        now = time.monotonic()
+        for topic, parked in list(self.parked.items()):
+            if now < parked.retry_at:
+                continue
+            table = self.tables.get(topic)
+            if table is None:
+                with self._lock:
+                    self.parked.pop(topic, None)
+                continue
+            tp = TopicPartition(topic, 0)
+            try:
+                offset = table.recover()
+                consumer.seek(TopicPartition(topic, 0, offset))
+                consumer.resume([tp])
+            except Exception as exc:
+                self._park(consumer, topic, table, exc, offset=parked.offset, stage="recover")
+                continue
+            with self._lock:
+                self.parked.pop(topic, None)
+            self._resumed_at[topic] = time.monotonic()
+            metrics.TABLE_PARKED.labels(parked.table).set(0)
+            log.info(
+                "table resumed",
+                extra={"table": parked.table, "from_offset": offset, "failures": parked.failures},
+            )
+
+    # ------------------------------------------------------------------ Kafka errors
+
+    def _on_kafka_error(self, err: KafkaError) -> None:
+        """librdkafka's client-level errors (``error_cb``): fatal ones stop the loop."""
+        name = err.name()
+        metrics.KAFKA_ERRORS.labels(name).inc()
+        self._kafka_error = (name, err.str(), time.time())
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self._fatal = err
+            return
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._brokers_down = True
+        self._log_kafka_error("kafka client error", err)
+
+    def _log_kafka_error(self, message: str, err: KafkaError) -> None:
+        held = self._kafka_throttle.admit(err.name())
+        if held is None:
+            return
+        extra: dict[str, Any] = {"error": err.name(), "reason": err.str(), "suppressed": held}
+        if err.name() in _AUTH_ERRORS:
+            extra["hint"] = "check the SEGCAT_KAFKA_SECURITY_PROTOCOL / SEGCAT_KAFKA_SASL_* settings and ACLs"
+        log.warning(message, extra=extra)
+
+    def _fatal_exit(self, err: KafkaError) -> None:
+        reason = err.str()
+        if "fenced" in reason.lower():
+            message = (
+                f"another materializer joined group {self.group_id!r} with instance id "
+                f"{self.instance_id!r}, so Kafka fenced this one; give every instance its own "
+                f"--instance-id ({INSTANCE_ID_ENV})"
+            )
+        else:
+            message = f"fatal Kafka consumer error: {reason}"
+        log.error(
+            "materializer stopping: kafka consumer unusable",
+            extra={"group": self.group_id, "instance_id": self.instance_id, "error": reason},
+        )
+        raise FatalConsumerError(message)
+
+    # ------------------------------------------------------------------ health
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(healthy, the ``/healthz`` document). Degraded: a table is parked, the consumer is
+        not polling (or Kafka declared it dead, or every broker is down), or Redis is backed off."""
+        now = time.monotonic()
+        with self._lock:
+            assigned = sorted(t.name.qualified for t in self.tables.values())
+            parked = sorted((p.to_json(now) for p in self.parked.values()), key=lambda p: str(p["table"]))
+        poll_age = now - self._last_poll if self._last_poll else None
+        alive = (
+            self._consumer is not None
+            and self._fatal is None
+            and poll_age is not None
+            and poll_age < POLL_STALE_S
+        )
+        kafka: dict[str, Any] = {
+            "consumer_alive": alive,
+            "last_poll_age_s": None if poll_age is None else round(poll_age, 1),
+            "brokers_down": self._brokers_down,
+            "group": self.group_id,
+            "instance_id": self.instance_id or None,
+        }
+        recent = self._kafka_error
+        if recent is not None and time.time() - recent[2] < 60:
+            kafka["last_error"] = {"error": recent[0], "reason": recent[1]}
+        redis = self.gate.status() if self.redis is not None else {"ok": True, "disabled": True}
+        healthy = alive and not parked and not self._brokers_down and bool(redis["ok"])
+        return healthy, {
+            "status": "ok" if healthy else "degraded",
+            "tables_assigned": assigned,
+            "parked": parked,
+            "kafka": kafka,
+            "redis": redis,
+        }
+
     # ------------------------------------------------------------------ loop
 
-    def run(self, *, ready: Callable[[], None] | None = None) -> None:
-        metrics.serve(self.config.metrics_port, self.config.metrics_addr)
+    def _consumer_config(self) -> dict[str, Any]:
         conf = consumer_config(self.config, group_id=self.group_id)
         conf.update(
             {
@@ -100,67 +395,131 @@ class Materializer:
                 "topic.metadata.refresh.interval.ms": 2_000,
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 5_000,
+                "logger": _librdkafka_log,
+                "error_cb": self._on_kafka_error,
             }
         )
-        consumer = Consumer(conf)
-        self._consumer = consumer
+        if self.instance_id:
+            conf["group.instance.id"] = self.instance_id
+        if self.session_timeout_ms is not None:
+            conf["session.timeout.ms"] = self.session_timeout_ms
+        elif "session.timeout.ms" not in self.config.kafka:  # SEGCAT_KAFKA_SESSION_TIMEOUT_MS wins
+            conf["session.timeout.ms"] = DEFAULT_SESSION_TIMEOUT_MS
+        return conf
+
+    def run(self, *, ready: Callable[[], None] | None = None) -> None:
+        """Serve until ``stop``; ``ConfigError`` (busy metrics port, bad settings) before
+        anything starts, ``FatalConsumerError`` if Kafka declares the consumer dead."""
+        served = endpoints.serve(
+            self.config.metrics_port, self.config.metrics_addr, metrics.REGISTRY, self.health
+        )
+        self.metrics_port = served.port if served is not None else None
+        try:
+            conf = self._consumer_config()
+            try:
+                consumer = Consumer(conf)
+            except KafkaException as exc:
+                raise ConfigError(f"Kafka consumer settings refused: {exc}") from None
+            self._consumer = consumer
+            self._serve(consumer, conf, ready)
+        finally:
+            self._consumer = None
+            if served is not None:
+                served.close()
+
+    def _serve(self, consumer: Consumer, conf: dict[str, Any], ready: Callable[[], None] | None) -> None:
         consumer.subscribe(
             [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
-        log.info("materializer started", extra={"group": self.group_id, "pattern": self.pattern})
+        log.info(
+            "materializer started",
+            extra={
+                "group": self.group_id,
+                "pattern": self.pattern,
+                "instance_id": self.instance_id or None,
+                "session_timeout_ms": conf.get("session.timeout.ms"),
+            },
+        )
         if ready is not None:
             ready()
         last_tick = time.monotonic()
         try:
             while not self.stop.is_set():
                 self._poll(consumer)
+                if self._fatal is not None:
+                    self._fatal_exit(self._fatal)
+                if self.parked:
+                    self._retry_due(consumer)
                 now = time.monotonic()
                 if now - last_tick >= TICK_SECONDS:
                     last_tick = now
                     self._tick(consumer)
         finally:
             log.info("materializer stopping", extra={"tables": len(self.tables)})
-            consumer.close()
-            self._consumer = None
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("consumer close failed", extra={"error": str(exc)})
 
     def _poll(self, consumer: Consumer) -> None:
         first = consumer.poll(0.2)
+        self._last_poll = time.monotonic()
         if first is None:
             return
-        touched: set[TableMaterializer] = set()
+        touched: dict[str, TableMaterializer] = {}
         for msg in [first, *consumer.consume(num_messages=1_000, timeout=0)]:
             err = msg.error()
             if err is not None:
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    self._fatal = err
+                    return
                 if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error", extra={"error": str(err)})
+                    self._log_kafka_error("consumer error", err)
                 continue
-            topic, offset = msg.topic(), msg.offset()
-            table = self.tables.get(topic or "")
-            if table is None or offset is None:
-                continue
+            topic, offset = msg.topic() or "", msg.offset()
+            table = self.tables.get(topic)
+            if table is None or offset is None or topic in self.parked:
+                continue  # a parked table's records wait for its recovery
             _, ts = msg.timestamp()
-            caught_up = offset >= self._catching_up.get(topic or "", -1)
-            table.apply(LogRecord(offset, int(ts), msg.key(), msg.value()), notify=caught_up)
-            touched.add(table)
+            caught_up = offset >= self._catching_up.get(topic, -1)
+            try:
+                table.apply(LogRecord(offset, int(ts), msg.key(), msg.value()), notify=caught_up)
+            except Exception as exc:
+                touched.pop(topic, None)
+                self._park(consumer, topic, table, exc, offset=offset)
+                continue
+            touched[topic] = table
             consumer.store_offsets(msg)
-        for table in touched:  # one Redis round trip per table per batch
-            table.flush()
+        for topic, table in touched.items():  # one Redis round trip per table per batch
+            try:
+                table.flush()
+            except Exception as exc:
+                self._park(consumer, topic, table, exc, offset=table.state.version)
 
     def _tick(self, consumer: Consumer) -> None:
+        now = time.monotonic()
         for topic, table in list(self.tables.items()):
+            if topic not in self.parked:
+                try:
+                    table.tick()
+                    table.check_redis()
+                except Exception as exc:  # one table's trouble must not stop the others
+                    self._park(consumer, topic, table, exc, offset=table.state.version)
+                resumed = self._resumed_at.get(topic)
+                if topic not in self.parked and resumed is not None and now - resumed >= STRIKES_RESET_S:
+                    self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
+                    self._resumed_at.pop(topic, None)
             try:
-                table.tick()
-                table.check_redis()
                 _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=1.0, cached=False)
-                metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
-            except ServiceUnavailable as exc:
-                log.warning("tick failed", extra={"table": table.name.qualified, "error": str(exc)})
-            except Exception:  # one table's trouble must not stop the others
-                log.exception("tick failed", extra={"table": table.name.qualified})
+            except KafkaException as exc:
+                self._log_kafka_error("watermarks unavailable", exc.args[0])
+                continue
+            self._brokers_down = False
+            metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
 
 
 def install_signal_handlers(service: Materializer) -> None:
-    """SIGTERM / SIGINT stop the loop; the consumer then leaves the group cleanly."""
+    """SIGTERM / SIGINT stop the loop; the consumer then closes cleanly."""
 
     def handle(signum: int, _: FrameType | None) -> None:
         log.info("signal received", extra={"signal": signal.Signals(signum).name})

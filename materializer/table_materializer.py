@@ -12,7 +12,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from catalog import keyframe, rules
+from redis.exceptions import RedisError
+
+from catalog import codec, keyframe, rules
 from catalog.archive import ArchivedCommit
 from catalog.config import Config
 from catalog.errors import CorruptKeyFrame, ServiceUnavailable
@@ -24,8 +26,18 @@ from catalog.rules import Outcome, Verdict
 from catalog.state import TableState
 from catalog.table_files import TableFiles
 from materializer import metrics
+from materializer.backoff import RedisGate
 
 log = logging.getLogger("segcat.materializer")
+
+TEMP_GRACE_S = 60.0
+"""Temp files younger than this may belong to a write in flight (another instance during a
+rebalance) and are left alone; a whole-object write takes seconds at most."""
+TEMP_SWEEP_EVERY_S = 3600.0
+"""Besides every recovery, sweep again on a key frame write this long after the last sweep."""
+
+_REDIS_ERRORS = (ServiceUnavailable, RedisError)
+"""Redis trouble (down, wrong password, missing ACL permission): back off, never park the table."""
 
 
 @dataclass(frozen=True)
@@ -39,11 +51,24 @@ class Pending:
 
 
 class TableMaterializer:
-    def __init__(self, name: TableName, config: Config, redis: RedisStore | None, files: TableFiles) -> None:
+    """One table's image and outputs. Methods raise on anything but Redis trouble; the service
+    parks the table then (``stage`` names what was being done) and later calls ``recover``."""
+
+    def __init__(
+        self,
+        name: TableName,
+        config: Config,
+        redis: RedisStore | None,
+        files: TableFiles,
+        gate: RedisGate | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.redis = redis
         self.files = files
+        self.gate = gate or RedisGate()
+        self.stage = "recover"
+        """What the table was doing last: recover, rules, redis, archive, keyframe."""
         self.state = TableState(name.qualified)
         self._frame = FrameView.from_state(self.state)
         self._pending: list[Pending] = []
@@ -54,6 +79,7 @@ class TableMaterializer:
         self._batch: RecordBatch | None = None
         self._repair: list[int] = []
         self._label = name.qualified
+        self._swept_at = 0.0
 
     # ------------------------------------------------------------------ recovery
 
@@ -61,21 +87,31 @@ class TableMaterializer:
         """Load the newest valid key frame from object storage; return the next offset to read.
 
         Committed consumer offsets are never trusted: the key frame says where replay starts.
+        Also the way back from a failure: everything in memory is rebuilt from the frame.
         """
+        self.stage = "recover"
         started = time.perf_counter()
-        frame = self.files.newest_valid_keyframe()
+        self._batch = None
+        self._sweep_temp_files()
+        search = self.files.find_newest_valid_keyframe()
+        frame = search.frame
         if frame is None:
             self.state = TableState(self.name.qualified)
+            self._frame = FrameView.from_state(self.state)
             source = "empty"
         else:
             self.state = frame.state()
+            # Segments of an older Avro layout are re-encoded, so every frame written from
+            # here on is in the current layout (sealing rows of two layouts would corrupt it).
+            self._frame = (
+                FrameView.from_keyframe(frame)
+                if frame.layout == codec.current_fingerprint()
+                else FrameView.from_state(self.state)
+            )
             source = "object-store"
-        self._frame = (
-            FrameView.from_keyframe(frame) if frame is not None else FrameView.from_state(self.state)
-        )
         self._keyframe_version = self.state.last_accepted_version if frame is not None else -1
-        # key frames newer than the one we could load are damaged: rewrite them on the way
-        self._repair = sorted(v for v in self.files.keyframe_versions() if v > self._keyframe_version)
+        # frames newer than the one loaded that failed to load: rewrite them on the way
+        self._repair = [v for v in search.failed if v > self._keyframe_version]
         if self._repair:
             log.warning(
                 "unreadable key frames will be rewritten",
@@ -97,6 +133,17 @@ class TableMaterializer:
         )
         return self.state.version + 1
 
+    def _sweep_temp_files(self) -> None:
+        """Remove temp files a killed materializer left under this table's ``_catalog/``."""
+        self._swept_at = time.monotonic()
+        try:
+            removed = self.files.remove_stale_temp_files(TEMP_GRACE_S)
+        except OSError as exc:  # housekeeping only: never a reason to fail
+            log.warning("temp file cleanup failed", extra={"table": self._label, "error": str(exc)})
+            return
+        if removed:
+            log.info("removed stale temp files", extra={"table": self._label, "paths": removed})
+
     # ------------------------------------------------------------------ applying
 
     def apply(self, record: LogRecord, *, notify: bool = True) -> Verdict:
@@ -105,7 +152,9 @@ class TableMaterializer:
             return Verdict(Outcome.DUPLICATE, record.offset, detail="already applied")
         prev_version = self.state.last_accepted_version
         prev_rows, prev_bytes = self.state.live_rows, self.state.live_bytes
+        self.stage = "rules"
         verdict, commit = rules.apply_record(self.state, record)
+        self.stage = "redis"
         metrics.RECORDS.labels(self._label, verdict.outcome.value).inc()
         if verdict.outcome is Outcome.ACCEPTED and commit is not None and record.value is not None:
             if not self._pending:
@@ -158,6 +207,10 @@ class TableMaterializer:
         """Queue this record's Redis writes; ``flush`` sends the queue in one round trip."""
         if self.redis is None:
             return
+        if not self.gate.open():
+            self._batch = None
+            self._redis_dirty = True  # rebuilt from the image once Redis answers again
+            return
         if self._redis_dirty and not self.resync_redis():
             return
         if self._batch is None:
@@ -180,20 +233,26 @@ class TableMaterializer:
         """Send the queued Redis writes (called after every poll batch and before key frames)."""
         if self._batch is None or not len(self._batch):
             return
+        self.stage = "redis"
+        batch, self._batch = self._batch, None
+        if not self.gate.open():
+            self._redis_dirty = True
+            return
         started = time.perf_counter()
-        count = len(self._batch)
+        count = len(batch)
         try:
-            self._batch.flush()
-        except ServiceUnavailable as exc:
+            batch.flush()
+        except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return
+        self.gate.succeeded()
         metrics.REDIS_PUBLISH_SECONDS.labels(self._label).observe((time.perf_counter() - started) / count)
 
     def _redis_failed(self, exc: Exception) -> None:
-        if not self._redis_dirty:
-            log.warning("redis unavailable; will rebuild it", extra={"table": self._label, "error": str(exc)})
+        """Redis is a cache: note the failure (the gate backs off and logs) and rebuild later."""
         metrics.REDIS_ERRORS.labels(self._label).inc()
         self._redis_dirty = True
+        self.gate.failed(exc, self._label)
 
     # ------------------------------------------------------------------ Redis upkeep
 
@@ -202,17 +261,22 @@ class TableMaterializer:
         if self.redis is None:
             return False
         self._batch = None  # its writes are subsumed by the key frame and head written now
+        if not self.gate.open():
+            self._redis_dirty = True
+            return False
+        self.stage = "redis"
+        self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
+        sealed = keyframe.seal(self._frame.rows, self.state, self._frame.layout)
         try:
-            self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
-            sealed = keyframe.seal(self._frame.rows, self.state)
             self.redis.register_table(self.name.qualified)
             self.redis.put_keyframe(
                 self.name.qualified, self.state.last_accepted_version, keyframe.to_ipc(sealed), trim=True
             )
             self.redis.advance_head(self.name.qualified, self._head())
-        except ServiceUnavailable as exc:
+        except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return False
+        self.gate.succeeded()
         if self._redis_dirty:
             log.info(
                 "redis rebuilt", extra={"table": self._label, "version": self.state.last_accepted_version}
@@ -222,16 +286,18 @@ class TableMaterializer:
 
     def check_redis(self) -> None:
         """Notice a flushed or restarted Redis (the head vanished or went back) and rebuild it."""
-        if self.redis is None:
+        if self.redis is None or not self.gate.open():
             return
+        self.stage = "redis"
         try:
             head = self.redis.head(self.name.qualified)
             keyframe_there = self.redis.keyframe(self.name.qualified) is not None
         except CorruptKeyFrame:
             head, keyframe_there = None, False
-        except ServiceUnavailable as exc:
+        except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return
+        # reads answering proves little (an ACL may allow reads only): writes reopen the gate
         if self._redis_dirty or head is None or head.offset < self.state.version or not keyframe_there:
             self._redis_dirty = True
             self.resync_redis()
@@ -264,26 +330,34 @@ class TableMaterializer:
         self.flush()
         started = time.perf_counter()
         version = self.state.last_accepted_version
+        self.stage = "keyframe"
         self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
-        sealed = keyframe.seal(self._frame.rows, self.state)
+        sealed = keyframe.seal(self._frame.rows, self.state, self._frame.layout)
         archived = [
             ArchivedCommit(p.version, p.timestamp_ms, p.commit.commit_id, p.commit.operation.value, p.value)
             for p in self._pending
         ]
         if archived:
+            self.stage = "archive"
             self.files.write_archive(self._keyframe_version + 1, version, archived)
+        self.stage = "keyframe"
         self.files.write_keyframe(sealed, version)
         self._keyframe_version = version
         self._pending.clear()
         self._pending_bytes = 0
-        if self.redis is not None and not self._redis_dirty:
+        if self.redis is not None and not self._redis_dirty and self.gate.open():
+            self.stage = "redis"
+            ipc = keyframe.to_ipc(sealed)
+            metrics.KEYFRAME_BYTES.labels(self._label).set(len(ipc))
             try:
-                ipc = keyframe.to_ipc(sealed)
-                metrics.KEYFRAME_BYTES.labels(self._label).set(len(ipc))
                 self.redis.put_keyframe(self.name.qualified, version, ipc, trim=True)
                 self.redis.advance_head(self.name.qualified, self._head())
-            except ServiceUnavailable as exc:
+            except _REDIS_ERRORS as exc:
                 self._redis_failed(exc)
+            else:
+                self.gate.succeeded()
+        if time.monotonic() - self._swept_at >= TEMP_SWEEP_EVERY_S:
+            self._sweep_temp_files()
         seconds = time.perf_counter() - started
         metrics.KEYFRAME_SECONDS.labels(self._label).observe(seconds)
         log.info(

@@ -1,19 +1,25 @@
-"""Helpers for the materializer's fault tests: a private Redis, a materializer in a thread,
-writers in the background, and the clean replay every output is compared with."""
+"""Helpers for the materializer's fault tests: a private Redis, a materializer in a thread or
+a process, writers in the background, and the clean replay every output is compared with."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import IO, Any
 
 import redis
 
@@ -22,9 +28,12 @@ from catalog.errors import CommitConflict
 from catalog.logreader import LogReader
 from catalog.model import Operation
 from catalog.names import TableName
+from catalog.objectstore import ObjectStore
 from catalog.redis_store import Head, RedisStore
 from catalog.replay import Applied, replay
 from catalog.state import TableState
+from catalog.table import Catalog
+from catalog.table_files import TableFiles
 from materializer.service import Materializer
 from producers import TableWriter
 from tests.factories import segment
@@ -97,17 +106,111 @@ def materializer_config(config: Config, redis_url: str, warehouse: Path, every: 
 
 
 @contextmanager
-def running_materializer(config: Config, pattern: str, group: str | None = None) -> Iterator[Materializer]:
-    service = Materializer(config, group_id=group or f"test-{uuid.uuid4().hex[:8]}", pattern=pattern)
+def running_materializer(
+    config: Config, pattern: str, group: str | None = None, instance_id: str | None = None
+) -> Iterator[Materializer]:
+    """A materializer in a thread. Every one gets its own static member id unless told (two
+    instances of one group with the same id fence each other)."""
+    service = Materializer(
+        config,
+        group_id=group or f"test-{uuid.uuid4().hex[:8]}",
+        pattern=pattern,
+        instance_id=instance_id or f"test-{uuid.uuid4().hex[:12]}",
+    )
     started = threading.Event()
     thread = threading.Thread(target=service.run, kwargs={"ready": started.set}, daemon=True)
     thread.start()
     assert started.wait(30)
     try:
         yield service
+        assert thread.is_alive(), "the materializer stopped on its own"
     finally:
         service.stop.set()
         thread.join(30)
+
+
+def spawn_materializer(
+    config: Config,
+    pattern: str,
+    group: str,
+    instance_id: str,
+    *,
+    stderr: IO[bytes] | int = subprocess.DEVNULL,
+    metrics_port: int = 0,
+    session_timeout_ms: int | None = None,
+) -> subprocess.Popen[bytes]:
+    """``python -m materializer`` in a process of its own (to kill -9 it). ``instance_id`` is
+    its static member id: reuse it for a restart of the same instance, never for two at once."""
+    env = {
+        **os.environ,
+        "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
+        "SEGCAT_REDIS_URL": config.redis_url,
+        "SEGCAT_WAREHOUSE": config.warehouse,
+        "SEGCAT_KEYFRAME_EVERY_COMMITS": str(config.keyframe_every_commits),
+        "SEGCAT_KEYFRAME_EVERY_SECONDS": "3600",
+    }
+    args = ["--pattern", pattern, "--group", group, "--instance-id", instance_id]
+    args += ["--metrics-port", str(metrics_port)]
+    if session_timeout_ms is not None:
+        args += ["--session-timeout-ms", str(session_timeout_ms)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "materializer", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+    )
+
+
+def get_json(url: str) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body) of a GET; 4xx/5xx answers are answers too."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The structured log lines a materializer process wrote (other lines skipped)."""
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict):
+            found.append(parsed)
+    return found
+
+
+def assert_outputs_match_clean_replay(config: Config, table: str) -> None:
+    """Redis head, every key frame on object storage and snapshots from every source agree
+    with a clean replay."""
+    name = TableName.parse(table)
+    files = TableFiles(ObjectStore.from_config(config), name)
+    versions = files.keyframe_versions()
+    assert versions, "no key frame was written"
+    frames = {v: files.read_keyframe(v) for v in versions}
+    final, at = replay_states(config, table, {f.meta["version"] for f in frames.values()})
+    for version, frame in frames.items():
+        assert frame.state() == at[frame.meta["version"]], f"key frame {version} differs from the replay"
+    head = RedisStore.from_config(config).head(table)
+    assert head is not None
+    assert (head.version, head.commit_id, head.live_count, head.live_bytes, head.live_rows, head.offset) == (
+        final.last_accepted_version,
+        final.last_commit_id,
+        final.live_count,
+        final.live_bytes,
+        final.live_rows,
+        final.version,
+    )
+    table_ = Catalog(config).table(table)
+    sampled = random.Random(1).sample(range(final.version + 1), min(8, final.version + 1))
+    probe = sorted({-1, final.version, *versions, *sampled})
+    for version in probe:
+        expected = table_.snapshot(version, sources=("kafka",))
+        for sources in (("redis", "object-store", "kafka"), ("object-store", "kafka")):
+            got = table_.snapshot(version, sources=sources)
+            assert got.version == expected.version
+            assert got.segment_list() == expected.segment_list(), f"{sources} at {version}"
+            assert (got.live_rows, got.live_bytes) == (expected.live_rows, expected.live_bytes)
 
 
 def namespace() -> tuple[str, str]:

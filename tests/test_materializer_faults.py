@@ -7,11 +7,8 @@ counts. Each test uses a namespace of its own and a materializer that follows on
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,18 +17,25 @@ import pytest
 import redis
 
 from catalog.config import Config
+from catalog.model import Operation
 from catalog.names import TableName
 from catalog.objectstore import ObjectStore
 from catalog.redis_store import RedisStore
 from catalog.table import Catalog
 from catalog.table_files import TableFiles
+from producers import TableWriter
+from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,
+    assert_outputs_match_clean_replay,
+    free_port,
+    get_json,
     head_offset,
+    json_lines,
     materializer_config,
     namespace,
-    replay_states,
     running_materializer,
+    spawn_materializer,
     wait_for_head,
     write_load,
 )
@@ -39,59 +43,17 @@ from tests.materializer_support import (
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 
 
-
 @pytest.fixture
 def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
     return materializer_config(config, private_redis.url, tmp_path / "warehouse")
 
 
-def assert_outputs_match_clean_replay(config: Config, table: str) -> None:
-    """Redis head, every key frame on object storage and snapshots from every source agree
-    with a clean replay."""
-    name = TableName.parse(table)
-    files = TableFiles(ObjectStore.from_config(config), name)
-    versions = files.keyframe_versions()
-    assert versions, "no key frame was written"
-    frames = {v: files.read_keyframe(v) for v in versions}
-    final, at = replay_states(config, table, {f.meta["version"] for f in frames.values()})
-    for version, frame in frames.items():
-        assert frame.state() == at[frame.meta["version"]], f"key frame {version} differs from the replay"
-    head = RedisStore.from_config(config).head(table)
-    assert head is not None
-    assert (head.version, head.commit_id, head.live_count, head.live_bytes, head.live_rows, head.offset) == (
-        final.last_accepted_version,
-        final.last_commit_id,
-        final.live_count,
-        final.live_bytes,
-        final.live_rows,
-        final.version,
-    )
-    table_ = Catalog(config).table(table)
-    probe = sorted({-1, final.version, *versions, *random.Random(1).sample(range(final.version + 1), 8)})
-    for version in probe:
-        expected = table_.snapshot(version, sources=("kafka",))
-        for sources in (("redis", "object-store", "kafka"), ("object-store", "kafka")):
-            got = table_.snapshot(version, sources=sources)
-            assert got.version == expected.version
-            assert got.segment_list() == expected.segment_list(), f"{sources} at {version}"
-            assert (got.live_rows, got.live_bytes) == (expected.live_rows, expected.live_bytes)
-
-
-def _spawn(config: Config, pattern: str, group: str) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
-        "SEGCAT_REDIS_URL": config.redis_url,
-        "SEGCAT_WAREHOUSE": config.warehouse,
-        "SEGCAT_KEYFRAME_EVERY_COMMITS": str(config.keyframe_every_commits),
-        "SEGCAT_KEYFRAME_EVERY_SECONDS": "3600",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "materializer", "--pattern", pattern, "--group", group, "--metrics-port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _health(port: int) -> tuple[int, list[str]] | None:
+    try:
+        status, doc = get_json(f"http://127.0.0.1:{port}/healthz")
+    except OSError:  # not listening yet
+        return None
+    return status, list(doc["tables_assigned"])
 
 
 def test_kill_dash_nine_at_random_moments(mconfig: Config) -> None:
@@ -109,7 +71,7 @@ def test_kill_dash_nine_at_random_moments(mconfig: Config) -> None:
     rng = random.Random(42)
     kills = 0
     while kills < 20 or any(w.is_alive() for w in writers):
-        proc = _spawn(mconfig, pattern, f"kill-{ns}")
+        proc = spawn_materializer(mconfig, pattern, f"kill-{ns}", f"kill-{ns}")  # one instance, restarted
         time.sleep(rng.uniform(0.3, 1.6))
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
@@ -117,11 +79,17 @@ def test_kill_dash_nine_at_random_moments(mconfig: Config) -> None:
     for w in writers:
         w.join(120)
     assert kills >= 20
-    final = _spawn(mconfig, pattern, f"kill-{ns}")
+    port = free_port()
+    final = spawn_materializer(mconfig, pattern, f"kill-{ns}", f"kill-{ns}", metrics_port=port)
     try:
         store = RedisStore.from_config(mconfig)
         for t in tables:
             wait_for_head(store, t, head_offset(mconfig, t), timeout_s=120)
+        # the heads may be there before the last instance even started: wait for it to serve
+        deadline = time.monotonic() + 60
+        while _health(port) != (200, sorted(tables)):
+            assert time.monotonic() < deadline, _health(port)
+            time.sleep(0.1)
     finally:
         final.send_signal(signal.SIGTERM)
         assert final.wait(30) == 0, "graceful shutdown on SIGTERM"
@@ -201,7 +169,8 @@ def test_corrupt_key_frame_is_detected_skipped_and_rewritten(mconfig: Config) ->
     expected = handle.snapshot(newest, sources=("kafka",))
     got = handle.snapshot(newest, sources=("object-store", "kafka"))
     assert got.segment_list() == expected.segment_list()
-    assert files.newest_valid_keyframe().version < newest  # detected, an older one is used
+    older = files.newest_valid_keyframe()
+    assert older is not None and older.version < newest  # detected, an older one is used
     with running_materializer(mconfig, pattern, f"c2-{ns}"):  # recovers from the older one
         wait_for_head(store, table, head_offset(mconfig, table))
         deadline = time.monotonic() + 30
@@ -225,7 +194,7 @@ def test_readers_are_correct_with_redis_stopped(mconfig: Config, private_redis: 
         for version in (None, 5, 20, last):
             expected = handle.snapshot(version, sources=("kafka",))
             got = handle.snapshot(version)
-            assert got.origin in ("object-store", "kafka")
+            assert got.origin.split("+")[0] in ("object-store", "kafka")  # e.g. "object-store+kafka"
             assert got.segment_list() == expected.segment_list()
             assert got.version == expected.version
         changes = []
@@ -241,3 +210,69 @@ def test_readers_are_correct_with_redis_stopped(mconfig: Config, private_redis: 
         head = wait_for_head(store, table, last, timeout_s=30)
         assert head.offset == last
         assert handle.snapshot().origin == "redis"
+
+
+def test_a_killed_instance_restarted_under_its_id_gets_its_tables_back_in_seconds(mconfig: Config) -> None:
+    """kill -9, then a commit, then the same instance again: the head must move within
+    seconds. Without static membership the dead member kept the partition for the broker's
+    session timeout (45 s by default) and every reader's head stood still meanwhile."""
+    ns, pattern = namespace()
+    table = f"{ns}.events"
+    handle = Catalog(mconfig).create_table(table)
+    store = RedisStore.from_config(mconfig)
+    group, instance = f"restart-{ns}", f"restart-{ns}-a"
+    proc = spawn_materializer(mconfig, pattern, group, instance)
+    try:
+        write_load(mconfig, table, 12, 11)
+        wait_for_head(store, table, head_offset(mconfig, table))
+        with TableWriter(mconfig, table, writer_id="after-kill") as writer:
+            proc.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            proc.wait(10)
+            version = writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("after-kill")]))
+            proc = spawn_materializer(mconfig, pattern, group, instance)
+            wait_for_head(store, table, version, timeout_s=60)
+            seconds = time.monotonic() - killed
+        print(f"\nkill -9 to a fresh Redis head (commit made after the kill): {seconds:.2f} s")
+        assert seconds < 15, f"took {seconds:.1f} s: the restarted instance waited for the session timeout"
+        assert handle.snapshot(sources=("redis",)).version == version
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+
+
+def test_a_fenced_instance_says_so_and_exits(mconfig: Config, tmp_path: Path) -> None:
+    """Two processes with one instance id in one group: Kafka fences the older one, which
+    must stop with a clear error (not spin on a dead consumer); the newer one goes on."""
+    ns, pattern = namespace()
+    table = f"{ns}.events"
+    Catalog(mconfig).create_table(table)
+    store = RedisStore.from_config(mconfig)
+    group, instance = f"fence-{ns}", f"fence-{ns}"
+    older_err = tmp_path / "older.stderr"
+    with open(older_err, "wb") as sink:
+        older = spawn_materializer(mconfig, pattern, group, instance, stderr=sink)
+    newer = None
+    try:
+        write_load(mconfig, table, 5, 12)
+        wait_for_head(store, table, head_offset(mconfig, table))
+        newer = spawn_materializer(mconfig, pattern, group, instance)
+        assert older.wait(60) == 1
+        stderr = older_err.read_text()
+        assert "Traceback" not in stderr
+        final = stderr.strip().splitlines()[-1]
+        assert final.startswith("error: FatalConsumerError: another materializer joined group")
+        assert "--instance-id" in final
+        stopping = [
+            line for line in json_lines(older_err) if line.get("msg", "").startswith("materializer stopping:")
+        ]
+        assert len(stopping) == 1 and stopping[0]["instance_id"] == instance
+        assert len(stderr.splitlines()) < 40, "the fenced instance kept logging"
+        write_load(mconfig, table, 5, 13)  # the newer one has the table
+        wait_for_head(store, table, head_offset(mconfig, table), timeout_s=60)
+        assert newer.poll() is None
+    finally:
+        for proc in (older, newer):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)

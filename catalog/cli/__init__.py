@@ -18,7 +18,7 @@ import click
 from catalog.cli.commit_cmd import commit_cmd
 from catalog.cli.demo import demo_cmd
 from catalog.cli.read_cmds import diff_cmd, log_cmd, show_cmd
-from catalog.cli.service_cmds import materializer_cmd, watch_cmd
+from catalog.cli.service_cmds import watch_cmd
 from catalog.cli.stack_cmds import stack
 from catalog.cli.table_cmds import table
 from catalog.errors import (
@@ -35,6 +35,7 @@ from catalog.errors import (
     TableNotFound,
     VersionNotFound,
 )
+from materializer.command import materializer_cmd
 
 EXIT_ERROR = 1
 EXIT_INVALID = 2

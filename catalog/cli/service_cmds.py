@@ -1,39 +1,17 @@
-"""``segcat materializer`` and ``segcat watch``: the long-running commands."""
+"""``segcat watch``: version changes as they happen (``segcat materializer`` is materializer.command)."""
 
 from __future__ import annotations
 
-import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import click
 
-from catalog import logs
-from catalog.cli.params import PORT, POSITIVE, VERSION
+from catalog.cli.params import POSITIVE, VERSION
 from catalog.cli.render import console, fmt_ts
 from catalog.config import Config
 from catalog.jsonio import dumps
 from catalog.redis_store import RedisStore
 from catalog.table import Catalog
-
-
-@click.command("materializer")
-@click.option("--group", default="segcat-materializer", show_default=True, help="Kafka consumer group.")
-@click.option(
-    "--metrics-port", type=PORT, default=None, help="Prometheus port (default from config; 0 = off)."
-)
-@click.option("--no-redis", is_flag=True, help="Write key frames to object storage only.")
-@click.option("--pattern", default=r"^segcat\..*", show_default=True, help="Topic regex to follow.")
-def materializer_cmd(group: str, metrics_port: int | None, no_redis: bool, pattern: str) -> None:
-    """Run the materializer: key frames in Redis and on object storage, version notifications."""
-    from materializer.service import Materializer, install_signal_handlers
-
-    logs.configure(logging.INFO)
-    config = Config.load()
-    if metrics_port is not None:
-        config = replace(config, metrics_port=metrics_port)
-    service = Materializer(config, group_id=group, use_redis=not no_redis, pattern=pattern)
-    install_signal_handlers(service)
-    service.run()
 
 
 @click.command("watch")

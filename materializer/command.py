@@ -1,0 +1,100 @@
+"""The ``materializer`` command (``python -m materializer``; ``segcat materializer`` can mount it).
+
+Lives beside the service so its options (static membership, session timeout) follow it.
+Failures end as ``segcat`` ends them: one ``error:`` line and the README's exit codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+import click
+
+from catalog import logs
+from catalog.cli.params import PORT, Integer
+from catalog.config import Config
+from catalog.errors import SegcatError
+
+EXIT_INTERRUPTED = 130
+
+
+@click.command("materializer")
+@click.option("--group", default="segcat-materializer", show_default=True, help="Kafka consumer group.")
+@click.option(
+    "--instance-id",
+    envvar="SEGCAT_MATERIALIZER_INSTANCE_ID",
+    default=None,
+    help="Static group membership id, stable per instance, so a restarted instance gets its "
+    "tables back at once (default: segcat-materializer-<hostname>; '' = dynamic membership). "
+    "Env: SEGCAT_MATERIALIZER_INSTANCE_ID.",
+)
+@click.option(
+    "--session-timeout-ms",
+    type=Integer(1, 2**31 - 1, what="a session timeout in ms"),
+    envvar="SEGCAT_MATERIALIZER_SESSION_TIMEOUT_MS",
+    default=None,
+    help="How long a silent instance keeps its tables (default 10000, or SEGCAT_KAFKA_SESSION_TIMEOUT_MS; "
+    "the broker accepts group.min.session.timeout.ms .. group.max.session.timeout.ms, 6000 .. 1800000 "
+    "by default).",
+)
+@click.option(
+    "--metrics-port",
+    type=PORT,
+    default=None,
+    help="/metrics and /healthz port (default from config; 0 = off).",
+)
+@click.option("--no-redis", is_flag=True, help="Write key frames to object storage only.")
+@click.option("--pattern", default=r"^segcat\..*", show_default=True, help="Topic regex to follow.")
+def materializer_cmd(
+    group: str,
+    instance_id: str | None,
+    session_timeout_ms: int | None,
+    metrics_port: int | None,
+    no_redis: bool,
+    pattern: str,
+) -> None:
+    """Run the materializer: key frames in Redis and on object storage, version notifications."""
+    from materializer.service import Materializer, install_signal_handlers
+
+    logs.configure(logging.INFO)
+    config = Config.load()
+    if metrics_port is not None:
+        config = replace(config, metrics_port=metrics_port)
+    service = Materializer(
+        config,
+        group_id=group,
+        use_redis=not no_redis,
+        pattern=pattern,
+        instance_id=instance_id,
+        session_timeout_ms=session_timeout_ms,
+    )
+    install_signal_handlers(service)
+    service.run()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the command; a failure (busy port, fenced instance, …) is one line on stderr."""
+    from catalog.cli import exit_code  # here: ``catalog.cli`` may mount this module's command
+
+    try:
+        materializer_cmd.main(
+            list(sys.argv[1:] if argv is None else argv),
+            prog_name="segcat materializer",
+            standalone_mode=False,
+        )
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        _fail(f"{exc.format_message()} (see 'segcat materializer -h')")
+        sys.exit(exit_code(exc))
+    except SegcatError as exc:
+        _fail(f"{type(exc).__name__}: {exc}")
+        sys.exit(exit_code(exc))
+
+
+def _fail(message: str) -> None:
+    text = " ".join(message.split("\n"))
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {text}", err=True)
