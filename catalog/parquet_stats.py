@@ -53,18 +53,16 @@ def _bound(kind: ColumnType, value: Any, *, upper: bool) -> StatValue:
     if value is None:
         return None
     if kind is ColumnType.TIMESTAMP and isinstance(value, dt.datetime):
-        nanos = getattr(value, "nanosecond", 0)
-        if nanos:  # pandas Timestamp: floor / ceil to the microsecond
-            whole = int(value.value) // 1000 + (1 if upper else 0)
+        if getattr(value, "nanosecond", 0):  # a pandas Timestamp: floor / ceil to the microsecond
+            whole = int(value.value) // 1000 + (1 if upper else 0)  # type: ignore[attr-defined]
             return _EPOCH + dt.timedelta(microseconds=whole)
-        if hasattr(value, "to_pydatetime"):
-            value = value.to_pydatetime()
-        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        moment: dt.datetime = value.to_pydatetime() if hasattr(value, "to_pydatetime") else value
+        return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
     if kind is ColumnType.INT:
-        number = int(value)
-        if not _INT64[0] <= number <= _INT64[1]:
+        whole = int(value)
+        if not _INT64[0] <= whole <= _INT64[1]:
             raise _Unknown
-        return number
+        return whole
     if kind is ColumnType.FLOAT:
         if isinstance(value, bytes):  # float16: the raw little-endian half
             if len(value) != 2:

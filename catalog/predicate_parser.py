@@ -22,7 +22,10 @@ can always be applied, by Spark or by anything else, with the same meaning:
                 | CAST('NaN' | 'Infinity' | '-Infinity' AS DOUBLE)
 
 Keywords are case-insensitive. Comparing with NULL is refused (it is never true in SQL;
-``IS NULL`` is what is meant). ``to_sql`` writes a predicate back in this grammar, so
+``IS NULL`` is what is meant), and so is a number Spark cannot hold as a literal (more than
+38 digits). What a parsed predicate means, literals of another type than the column
+included, is docs/PREDICATES.md. ``to_sql`` writes a predicate back in this grammar (a
+left-deep AND / OR chain flat, so long chains stay within ``MAX_DEPTH``), so
 ``parse_predicate(to_sql(p)) == p``.
 """
 
@@ -307,10 +310,18 @@ def parse_predicate(text: str) -> Predicate:
 
 def to_sql(predicate: Predicate) -> str:
     """``predicate`` in the grammar above (fully parenthesised, so precedence never matters)."""
-    if isinstance(predicate, And):
-        return f"({to_sql(predicate.left)} AND {to_sql(predicate.right)})"
-    if isinstance(predicate, Or):
-        return f"({to_sql(predicate.left)} OR {to_sql(predicate.right)})"
+    if isinstance(predicate, And | Or):
+        # a left-deep chain is written flat, "(a AND b AND c)", which parses back to the same
+        # left-deep tree without nesting (long chains stay within MAX_DEPTH)
+        kind = type(predicate)
+        parts: list[Predicate] = []
+        node: Predicate = predicate
+        while isinstance(node, kind):
+            parts.append(node.right)
+            node = node.left
+        parts.append(node)
+        word = " AND " if kind is And else " OR "
+        return "(" + word.join(to_sql(part) for part in reversed(parts)) + ")"
     if isinstance(predicate, Not):
         return f"(NOT {to_sql(predicate.operand)})"
     if isinstance(predicate, IsNull):
@@ -358,8 +369,8 @@ def literal_sql(value: object) -> str:
         if getattr(value, "nanosecond", 0):
             raise InvalidPredicate(f"{value} has nanoseconds; SQL timestamps hold microseconds")
         aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        utc = aware.astimezone(dt.UTC)
-        return f"TIMESTAMP '{utc.strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
+        utc = aware.astimezone(dt.UTC).replace(tzinfo=None)
+        return f"TIMESTAMP '{utc.isoformat(sep=' ', timespec='microseconds')}Z'"
     if isinstance(value, dt.date):
         return f"DATE '{value.isoformat()}'"
     raise InvalidPredicate(f"no SQL literal for a {type(value).__name__}")

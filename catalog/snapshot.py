@@ -182,24 +182,28 @@ class Snapshot:
     def prune(self, predicate: Predicate) -> Snapshot:
         """The same version with only the segments that might hold rows matching ``predicate``.
 
-        Min/max/null-count skipping is one vectorised pass over ``segments``; equality and
-        ``isin`` then consult the Bloom filters of the surviving candidates.
+        Never drops a segment holding a matching row under Spark SQL's comparison semantics
+        (docs/PREDICATES.md); it may keep segments without one. Min/max/null/NaN-count
+        skipping is one vectorised pass over ``segments``; equality and ``isin`` then probe
+        the Bloom filters of the surviving candidates only. A predicate that cannot be
+        answered was refused when it was built (``InvalidPredicate``).
         """
         table = self.segments
         if table.num_rows == 0:
             return self
         mask = pc.fill_null(predicate.might_match(table), True)
-        checks = predicate.bloom_checks()
-        if checks:
-            keep = mask.to_pylist()
-            columns, hashes, bits = (
-                table.column(c).to_pylist() for c in ("bloom_column", "bloom_hashes", "bloom_bits")
-            )
-            for i, candidate in enumerate(keep):
-                if candidate and bits[i] is not None:
-                    filters = {columns[i]: BloomFilter(columns[i], hashes[i], bits[i])}
-                    keep[i] = not bloom_excludes(filters, checks)
-            mask = pa.array(keep, type=pa.bool_())
+        if predicate.may_use_bloom():
+            rows = pc.indices_nonzero(pc.and_(mask, pc.is_valid(table.column("bloom_bits")))).to_pylist()
+            if rows:
+                picked = table.take(rows)
+                columns, hashes, bits = (
+                    picked.column(c).to_pylist() for c in ("bloom_column", "bloom_hashes", "bloom_bits")
+                )
+                keep = mask.to_pylist()
+                for row, column, num_hashes, data in zip(rows, columns, hashes, bits, strict=True):
+                    if bloom_excludes(predicate, BloomFilter(column, num_hashes, data), table, row):
+                        keep[row] = False
+                mask = pa.array(keep, type=pa.bool_())
         kept_ids = frozenset(table.filter(mask).column("segment_id").to_pylist())
         if self._state is not None:
             pruned = self._state.copy()

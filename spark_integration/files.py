@@ -2,9 +2,10 @@
 
 This runs inside ``mapInArrow`` on the executors. It picks its own file names (unique, so a
 retried task or a losing writer can never overwrite a file someone else committed), writes
-with pyarrow, reads the stats back from the footer it just wrote (``segment_from_parquet``)
-and returns one small JSON row per file. The driver then collects only those rows, never
-the data, and publishes them in one commit. A file is complete before its row leaves the
+with pyarrow, reads the stats back from the footer it just wrote (``segment_from_parquet``),
+adds what only the rows tell (float columns' stats with NaN counts, the Bloom filter:
+``RowFacts``) and returns one small JSON row per file. The driver then collects only those
+rows, never the data, and publishes them in one commit. A file is complete before its row leaves the
 task (temp name + rename locally, one upload on object stores), and until the commit is
 accepted nothing references it: a failed or losing job leaves orphans for vacuum, never a
 half-visible table.
@@ -25,14 +26,15 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from catalog import bloom
 from catalog.jsonio import segment_to_json
-from catalog.model import Segment
+from catalog.model import ColumnStats, ColumnType, Segment
 from catalog.objectstore import TEMP_MARKER, s3_filesystem
-from catalog.parquet_stats import segment_from_parquet
+from catalog.parquet_stats import column_type, segment_from_parquet
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Partition name and directory for a null (or empty) partition value, as Hive and Spark spell it."""
@@ -129,6 +131,86 @@ def _single_upload(fs: pafs.FileSystem) -> bool:
 # ---------------------------------------------------------------------------- writing
 
 
+class RowFacts:
+    """What a footer cannot say, gathered from the rows as they are written.
+
+    Floating-point columns are written *without* Parquet statistics, and their stats come
+    from the rows instead: a footer's min/max skip NaN, and Spark's Parquet filter pushdown
+    trusts them, so ``d > 5`` (true for NaN) would skip a row group holding NaN before
+    segcat's own filter ever ran. The rows also give the NaN counts a footer lacks, and the
+    canonical Bloom keys of the Bloom column (hashed by the column's type, catalog.bloom).
+    """
+
+    def __init__(self, schema: pa.Schema, bloom_column: str | None) -> None:
+        self.order = {name: i for i, name in enumerate(schema.names)}
+        self.floats: dict[str, _FloatStats] = {
+            f.name: _FloatStats() for f in schema if column_type(f.type) is ColumnType.FLOAT
+        }
+        self.bloom_kind: ColumnType | None = None
+        self.bloom_column = bloom_column
+        if bloom_column is not None and bloom_column in schema.names:
+            kind = column_type(schema.field(bloom_column).type)
+            self.bloom_kind = None if kind is ColumnType.OTHER else kind
+        self.keys: set[bytes] = set()
+
+    def statistics_columns(self, schema: pa.Schema) -> bool | list[str]:
+        """``ParquetWriter(write_statistics=…)``: every leaf column but the top-level floats."""
+        if not self.floats:
+            return True
+        sink = pa.BufferOutputStream()
+        pq.write_table(schema.empty_table(), sink)
+        metadata = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+        paths = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        return [path for path in paths if path not in self.floats]
+
+    def observe(self, table: pa.Table) -> None:
+        for name, stats in self.floats.items():
+            stats.observe(table.column(name))
+        if self.bloom_kind is not None and self.bloom_column is not None:
+            self.keys |= bloom.keys(self.bloom_kind, table.column(self.bloom_column))
+
+    def describe(self, segment: Segment) -> Segment:
+        """``segment`` (from the footer) with the float columns' stats and the Bloom filter added."""
+        stats = [s for s in segment.stats if s.column not in self.floats]
+        stats += [s for name, f in self.floats.items() if (s := f.stats(name)) is not None]
+        stats.sort(key=lambda s: self.order.get(s.column, len(self.order)))
+        flt = None
+        if self.bloom_kind is not None and self.bloom_column is not None and self.keys:
+            flt = bloom.from_keys(self.bloom_column, self.keys)
+        return replace(segment, stats=tuple(stats), bloom=flt)
+
+
+class _FloatStats:
+    """Min / max (NaN skipped), null and NaN counts of one float column, batch by batch."""
+
+    def __init__(self) -> None:
+        self.lo: float | None = None
+        self.hi: float | None = None
+        self.nulls = 0
+        self.nans = 0
+        self.known = True
+
+    def observe(self, values: pa.ChunkedArray) -> None:
+        try:
+            doubles = pc.cast(values, pa.float64())
+            nan = pc.is_nan(doubles)
+            numbers = pc.min_max(pc.filter(doubles, pc.invert(pc.fill_null(nan, False))))
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            self.known = False
+            return
+        self.nulls += values.null_count
+        self.nans += int(pc.sum(nan).as_py() or 0)
+        lo, hi = numbers["min"].as_py(), numbers["max"].as_py()
+        if lo is not None and hi is not None:
+            self.lo = lo if self.lo is None else min(self.lo, lo)
+            self.hi = hi if self.hi is None else max(self.hi, hi)
+
+    def stats(self, column: str) -> ColumnStats | None:
+        if not self.known:
+            return None
+        return ColumnStats(column, ColumnType.FLOAT, self.lo, self.hi, self.nulls, self.nans)
+
+
 class _OpenFile:
     """One segment file being written; ``close`` makes it whole and describes it."""
 
@@ -156,15 +238,16 @@ class _OpenFile:
             else f"{parent}/.{self.segment_id}.parquet{TEMP_MARKER}{secrets.token_hex(6)}"
         )
         self.stream = fs.open_output_stream(self.target)
-        self.writer = pq.ParquetWriter(self.stream, schema, compression="zstd")
+        self.facts = RowFacts(schema, spec.bloom_column)
+        self.writer = pq.ParquetWriter(
+            self.stream, schema, compression="zstd", write_statistics=self.facts.statistics_columns(schema)
+        )
         self.rows = 0
-        self.keys: set[Any] = set()
 
     def write(self, table: pa.Table) -> None:
         self.writer.write_table(table)
         self.rows += table.num_rows
-        if self.spec.bloom_column is not None:
-            self.keys.update(table.column(self.spec.bloom_column).to_pylist())
+        self.facts.observe(table)
 
     def close(self) -> Segment:
         self.writer.close()
@@ -178,9 +261,7 @@ class _OpenFile:
             partition=self.partition,
             filesystem=self.fs,
         )
-        keys = {k for k in self.keys if k is not None}
-        flt = bloom.build(self.spec.bloom_column, keys) if self.spec.bloom_column and keys else None
-        return replace(segment, bloom=flt, schema=self.spec.schema_json)
+        return replace(self.facts.describe(segment), schema=self.spec.schema_json)
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):

@@ -19,22 +19,28 @@ import bisect
 import datetime as dt
 import functools
 import json
-from collections.abc import Sequence
+import operator
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from catalog.bloom import micros
 from catalog.config import Config
-from catalog.expressions import And, Compare, IsIn, IsNull, Or, Predicate
-from catalog.model import Tombstone
+from catalog.errors import InvalidPredicate
+from catalog.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
+from catalog.model import ColumnType, Segment, Tombstone
 from catalog.names import TableName, table_name
+from catalog.predicate_parser import parse_predicate
 from catalog.snapshot import Snapshot
 from catalog.table import Catalog, Table
 
 TableRef = str | TableName | Table
 AsOf = int | dt.datetime | str
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,14 @@ class ScanFile:
     uri: str
     added_version: int
     schema: str | None = None
+    nan_free: bool = True
+    """No float column may hold NaN (its stats say ``nan_count == 0``): Spark may skip its row
+    groups by footer min/max, which are blind to NaN (see ``parquet``)."""
+
+
+def nan_free(segment: Segment) -> bool:
+    """Whether every FLOAT column of ``segment`` is known to hold no NaN."""
+    return all(s.nan_count == 0 for s in segment.stats if s.type is ColumnType.FLOAT)
 
 
 def open_table(table: TableRef, config: Config | None) -> Table:
@@ -68,14 +82,15 @@ def read(
     table: TableRef,
     version: int | None = None,
     as_of: AsOf | None = None,
-    where: Predicate | str | None = None,
+    where: Predicate | Column | str | None = None,
     filter: str | None = None,
     config: Config | None = None,
 ) -> DataFrame:
     """The table's rows at ``version`` / ``as_of`` (default: the head).
 
     ``where`` as a ``catalog.expressions`` predicate prunes segments by their stats *and*
-    filters rows; as a Spark SQL string (or ``filter``) it only filters rows after reading
+    filters rows (both with Spark SQL's semantics, docs/PREDICATES.md); as a pyspark
+    ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
     (Spark still skips row groups by their Parquet stats).
     """
     snapshot = open_table(table, config).snapshot(version=version, as_of_ms=as_of_ms(as_of))
@@ -85,10 +100,15 @@ def read(
 def read_snapshot(
     spark: SparkSession,
     snapshot: Snapshot,
-    where: Predicate | str | None = None,
+    where: Predicate | Column | str | None = None,
     filter: str | None = None,
 ) -> DataFrame:
     """``read`` for a snapshot already in hand (a coordinator's, a compaction's)."""
+    if where is not None and not isinstance(where, Predicate | Column | str):
+        raise TypeError(
+            f"where= takes a catalog.expressions predicate, a pyspark Column or SQL text, "
+            f"not {type(where).__name__}"
+        )
     everything = scan_files(snapshot)
     chosen = list(everything.values())
     if isinstance(where, Predicate):
@@ -102,7 +122,7 @@ def read_snapshot(
             return frame  # an empty table has no columns to filter on
     if isinstance(where, Predicate):
         frame = frame.where(to_column(where))
-    elif isinstance(where, str):
+    elif where is not None:
         frame = frame.where(where)
     if filter:
         frame = frame.where(filter)
@@ -114,12 +134,16 @@ def scan_files(snapshot: Snapshot) -> dict[str, ScanFile]:
     table = snapshot.segments
     if table.num_rows == 0:
         return {}
-    schemas = {s.segment_id: s.schema for s in snapshot.segment_list()}
+    segments = {s.segment_id: s for s in snapshot.segment_list()}
     ids, paths, versions = (table.column(c).to_pylist() for c in ("segment_id", "path", "added_version"))
-    return {
-        sid: ScanFile(snapshot.resolve(path), int(version), schemas.get(sid))
-        for sid, path, version in zip(ids, paths, versions, strict=True)
-    }
+    out = {}
+    for sid, path, version in zip(ids, paths, versions, strict=True):
+        segment = segments.get(sid)
+        if segment is None:
+            out[sid] = ScanFile(snapshot.resolve(path), int(version))
+        else:
+            out[sid] = ScanFile(snapshot.resolve(path), int(version), segment.schema, nan_free(segment))
+    return out
 
 
 def scan(spark: SparkSession, files: Sequence[ScanFile], tombstones: Sequence[Tombstone]) -> DataFrame | None:
@@ -135,16 +159,30 @@ def scan(spark: SparkSession, files: Sequence[ScanFile], tombstones: Sequence[To
     frames = []
     for k in sorted(classes):
         frame = parquet(spark, classes[k])
-        deleted = deleted_rows([t.predicate for t in ordered[k:]])
+        deleted = deleted_rows([t.predicate for t in ordered[k:]], columns=frame.columns)
         frames.append(frame if deleted is None else frame.where(~deleted))
     return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
 
-def deleted_rows(predicates: Sequence[str]) -> Column | None:
-    """TRUE exactly for rows some predicate matches (a NULL match deletes nothing, as in SQL DELETE)."""
+def deleted_rows(predicates: Sequence[str], columns: Collection[str] | None = None) -> Column | None:
+    """TRUE exactly for rows some predicate matches (a NULL match deletes nothing, as in SQL DELETE).
+
+    A predicate in the tombstone grammar (every protocol-2 tombstone) is applied through
+    ``to_column``, the very semantics pruning uses; a column it names that the data lacks
+    (``columns``: the scan's columns) reads as NULL, as a column added later reads for
+    older files. Protocol-1 free text that does not parse is handed to Spark as it is.
+    """
     if not predicates:
         return None
-    matched = functools.reduce(lambda a, b: a | b, [F.expr(f"({p})") for p in predicates])
+    tests = []
+    for text in predicates:
+        try:
+            parsed = parse_predicate(text)
+        except InvalidPredicate:
+            tests.append(F.expr(f"({text})"))
+        else:
+            tests.append(to_column(parsed, columns=columns))
+    matched = functools.reduce(lambda a, b: a | b, tests)
     return F.coalesce(matched, F.lit(False))
 
 
@@ -160,9 +198,19 @@ def common_schema(files: Sequence[ScanFile]) -> StructType | None:
 
 
 def parquet(spark: SparkSession, files: Sequence[ScanFile]) -> DataFrame:
-    """One scan of exactly ``files``: their recorded schema when shared, else Spark merges footers."""
+    """One scan of exactly ``files``: their recorded schema when shared, else Spark merges footers.
+
+    Spark's own row-group skipping must not drop rows segcat's rules match (docs/PREDICATES.md):
+    Parquet dictionary filtering compares doubles with Java's ``equals`` (-0.0 ≠ 0.0), so it is
+    off; footer min/max skip NaN, so statistics and page-index filtering are off for scans of
+    files that may hold NaN (segcat's writer leaves float columns without footer stats).
+    """
     schema = common_schema(files)
     reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
+    reader = reader.option("parquet.filter.dictionary.enabled", "false")
+    if not all(f.nan_free for f in files):
+        reader = reader.option("parquet.filter.stats.enabled", "false")
+        reader = reader.option("parquet.filter.columnindex.enabled", "false")
     return reader.parquet(*[spark_path(f.uri) for f in files])
 
 
@@ -179,28 +227,104 @@ def _name(column: str) -> Column:
     return F.col("`" + column.replace("`", "``") + "`")
 
 
-def to_column(predicate: Predicate) -> Column:
-    """The Spark row filter equivalent to a ``catalog.expressions`` predicate."""
-    if isinstance(predicate, And):
-        return to_column(predicate.left) & to_column(predicate.right)
-    if isinstance(predicate, Or):
-        return to_column(predicate.left) | to_column(predicate.right)
-    if isinstance(predicate, IsNull):
-        return _name(predicate.column).isNotNull() if predicate.negate else _name(predicate.column).isNull()
-    if isinstance(predicate, IsIn):
-        return _name(predicate.column).isin(list(predicate.values))
-    if isinstance(predicate, Compare):
-        left, right = _name(predicate.column), F.lit(predicate.value)
-        ops = {
-            "==": left == right,
-            "!=": left != right,
-            "<": left < right,
-            "<=": left <= right,
-            ">": left > right,
-            ">=": left >= right,
+def to_column(predicate: Predicate, columns: Collection[str] | None = None) -> Column:
+    """The Spark row filter equivalent to a ``catalog.expressions`` predicate.
+
+    Literals go to Spark as Spark reads them in SQL text: naive datetimes are UTC, integers
+    beyond BIGINT are decimals, a time with nanoseconds (Spark holds microseconds) becomes
+    the exact comparison on its floor / ceiling. With ``columns`` (the data's columns), a
+    column the data lacks reads as NULL (Spark resolves names case-insensitively).
+    """
+    present = None if columns is None else {c.lower() for c in columns}
+
+    def name(column: str) -> Column:
+        if present is not None and column.lower() not in present:
+            return F.lit(None)
+        return _name(column)
+
+    def build(node: Predicate) -> Column:
+        if isinstance(node, And | Or):
+            parts = [build(part) for part in _chain(node)]
+            return functools.reduce(operator.and_ if isinstance(node, And) else operator.or_, parts)
+        if isinstance(node, Not):
+            return ~build(node.operand)
+        if isinstance(node, IsNull):
+            return name(node.column).isNotNull() if node.negate else name(node.column).isNull()
+        if isinstance(node, IsIn):
+            return _isin(name(node.column), node.values)
+        if isinstance(node, Compare):
+            return _compare(name(node.column), node.op, node.value)
+        try:
+            inverse = node.negated()
+        except NotImplementedError:
+            inverse = None
+        if isinstance(inverse, IsIn):  # NOT IN, made by negating an IsIn
+            return ~build(inverse)
+        raise TypeError(f"cannot turn {type(node).__name__} into a Spark filter")
+
+    return build(predicate)
+
+
+def _chain(node: And | Or) -> list[Predicate]:
+    """The operands of a left-deep chain of the same connective (no recursion on long chains)."""
+    parts: list[Predicate] = []
+    current: Predicate = node
+    while isinstance(current, type(node)):
+        parts.append(current.right)
+        current = current.left
+    parts.append(current)
+    return parts[::-1]
+
+
+def _sub_micro(value: LiteralValue) -> bool:
+    return isinstance(value, dt.datetime) and bool(getattr(value, "nanosecond", 0))
+
+
+def _lit(value: LiteralValue) -> Column:
+    """A Spark literal with the value Spark SQL text would give it (see ``to_column``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return F.lit(Decimal(value))
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        return F.lit(aware.astimezone(dt.UTC))
+    return F.lit(value)
+
+
+def _compare(left: Column, op: str, value: LiteralValue) -> Column:
+    if _sub_micro(value):
+        # x < t ⇔ x <= floor(t) and x > t ⇔ x >= ceil(t) for microsecond x; never equal
+        assert isinstance(value, dt.datetime)
+        floor = _EPOCH + dt.timedelta(microseconds=micros(value))
+        ceil = floor + dt.timedelta(microseconds=1)
+        never = F.when(left.isNotNull(), F.lit(False))
+        exact = {
+            "<": left <= F.lit(floor),
+            "<=": left <= F.lit(floor),
+            ">": left >= F.lit(ceil),
+            ">=": left >= F.lit(ceil),
+            "==": never,
+            "!=": ~never,
         }
-        return ops[predicate.op]
-    raise TypeError(f"cannot turn {type(predicate).__name__} into a Spark filter")
+        return exact[op]
+    right = _lit(value)
+    ops = {
+        "==": left == right,
+        "!=": left != right,
+        "<": left < right,
+        "<=": left <= right,
+        ">": left > right,
+        ">=": left >= right,
+    }
+    return ops[op]
+
+
+def _isin(left: Column, values: tuple[LiteralValue, ...]) -> Column:
+    kept = [_lit(v) for v in values if not _sub_micro(v)]
+    if len(kept) == len(values):
+        return left.isin(kept)
+    # a nanosecond value equals no microsecond x: NULL for a NULL x, else the rest decides
+    never = F.when(left.isNotNull(), F.lit(False))
+    return left.isin(kept) | never if kept else never
 
 
 def table_ref(table: TableRef) -> TableName:
