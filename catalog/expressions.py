@@ -1,7 +1,7 @@
 """Predicates for data skipping and row filters: ``col("ts") >= t & ~(col("user") == "u1")``.
 
 One rule set serves pruning, row filters and tombstones: **Spark SQL's comparison
-semantics** (docs/PREDICATES.md). NULL compares as unknown (no match); NaN = NaN and NaN
+semantics** (docs/PROTOCOL.md §4a). NULL compares as unknown (no match); NaN = NaN and NaN
 is greater than every number, +inf included; -0.0 = 0.0; a literal of another type than
 the column is compared the way Spark's implicit coercion compares it (a BIGINT column with
 a DOUBLE literal as doubles, a DATE column with a TIMESTAMP literal as the date's midnight

@@ -24,7 +24,7 @@ can always be applied, by Spark or by anything else, with the same meaning:
 Keywords are case-insensitive. Comparing with NULL is refused (it is never true in SQL;
 ``IS NULL`` is what is meant), and so is a number Spark cannot hold as a literal (more than
 38 digits). What a parsed predicate means, literals of another type than the column
-included, is docs/PREDICATES.md. ``to_sql`` writes a predicate back in this grammar (a
+included, is docs/PROTOCOL.md §4a. ``to_sql`` writes a predicate back in this grammar (a
 left-deep AND / OR chain flat, so long chains stay within ``MAX_DEPTH``), so
 ``parse_predicate(to_sql(p)) == p``.
 """

@@ -183,7 +183,7 @@ class Snapshot:
         """The same version with only the segments that might hold rows matching ``predicate``.
 
         Never drops a segment holding a matching row under Spark SQL's comparison semantics
-        (docs/PREDICATES.md); it may keep segments without one. Min/max/null/NaN-count
+        (docs/PROTOCOL.md §4a); it may keep segments without one. Min/max/null/NaN-count
         skipping is one vectorised pass over ``segments``; equality and ``isin`` then probe
         the Bloom filters of the surviving candidates only. A predicate that cannot be
         answered was refused when it was built (``InvalidPredicate``).

@@ -89,7 +89,7 @@ def read(
     """The table's rows at ``version`` / ``as_of`` (default: the head).
 
     ``where`` as a ``catalog.expressions`` predicate prunes segments by their stats *and*
-    filters rows (both with Spark SQL's semantics, docs/PREDICATES.md); as a pyspark
+    filters rows (both with Spark SQL's semantics, docs/PROTOCOL.md §4a); as a pyspark
     ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
     (Spark still skips row groups by their Parquet stats).
     """
@@ -200,7 +200,7 @@ def common_schema(files: Sequence[ScanFile]) -> StructType | None:
 def parquet(spark: SparkSession, files: Sequence[ScanFile]) -> DataFrame:
     """One scan of exactly ``files``: their recorded schema when shared, else Spark merges footers.
 
-    Spark's own row-group skipping must not drop rows segcat's rules match (docs/PREDICATES.md):
+    Spark's own row-group skipping must not drop rows segcat's rules match (docs/PROTOCOL.md §4a):
     Parquet dictionary filtering compares doubles with Java's ``equals`` (-0.0 ≠ 0.0), so it is
     off; footer min/max skip NaN, so statistics and page-index filtering are off for scans of
     files that may hold NaN (segcat's writer leaves float columns without footer stats).
