@@ -68,6 +68,10 @@ class Batches:
             time.sleep(0.1)
 
 
+CREATED = 0
+"""A table's first version: the UPGRADE_PROTOCOL commit that created it (an accepted version too)."""
+
+
 def appends(config: Config, table: Table, count: int, *, rejected: bool = True) -> list[int]:
     """``count`` accepted appends, with a rejected commit in between (versions are not dense)."""
     versions = []
@@ -107,14 +111,15 @@ def test_stream_restarts_from_checkpoint_exactly(
         .start()
     )
     try:
-        sink.wait_for(len(first))
+        sink.wait_for(len(first) + 1)
     finally:
         query.stop()
-    assert sink.versions == first
+    assert sink.versions == [CREATED, *first]  # the table's creation is its version 0
     assert all(len(rows) <= 2 for rows in sink.seen)
-    row = sink.seen[0][0]
+    creation, row = sink.seen[0][0], sink.seen[0][1]
+    assert creation["operation"] == "UPGRADE_PROTOCOL" and creation["prev_version"] == -1
     assert row["operation"] == "APPEND" and row["table"] == table.name.qualified
-    assert row["prev_version"] == -1 and row["rows_delta"] == 1 and len(row["added"]) == 1
+    assert row["prev_version"] == CREATED and row["rows_delta"] == 1 and len(row["added"]) == 1
     assert row["dropped"] == [] and row["live_segments"] == 1
     run1_batches = len(sink.batches)
 
@@ -134,7 +139,7 @@ def test_stream_restarts_from_checkpoint_exactly(
         .start()
     )
     assert query.awaitTermination(300)
-    assert sink.versions == first + second  # nothing lost, nothing repeated
+    assert sink.versions == [CREATED, *first, *second]  # nothing lost, nothing repeated
     assert sink.mismatches == []
     assert [len(rows) for rows in sink.seen[run1_batches:]] == [2, 1]  # the limit holds under AvailableNow
     compaction = sink.seen[-1][-1]
@@ -173,7 +178,7 @@ def test_starting_version_and_batch_views(
 
     options = si.source_options(config)
     history = spark.read.format("segcat").option("table", table.name.qualified).options(**options).load()
-    assert [r["version"] for r in history.orderBy("version").collect()] == versions
+    assert [r["version"] for r in history.orderBy("version").collect()] == [CREATED, *versions]
 
     listed = (
         spark.read.format("segcat")
@@ -235,6 +240,6 @@ def test_a_fresh_reader_plans_any_journaled_range(config: Config, table: Table) 
     assert fresh.partitions({"version": versions[2]}, {"version": versions[2]}) == []
     # a rewind (a checkpoint from before what this reader has freed) rebuilds the image
     (part,) = fresh.partitions({"version": -1}, {"version": versions[1]})
-    assert [row[1] for row in fresh.read(part)] == versions[:2]
+    assert [row[1] for row in fresh.read(part)] == [CREATED, *versions[:2]]
     fresh.stop()
     planner.stop()

@@ -65,7 +65,7 @@ def test_append_then_read_back(spark: SparkSession, config: Config, table: Table
     stats = {s.column: s for s in by_partition["2024-01-02"].stats}
     assert (stats["id"].min, stats["id"].max, stats["id"].null_count) == (40, 69, 0)
     assert stats["ts"].min == dt.datetime(2024, 1, 2, 0, 40, tzinfo=dt.UTC)
-    (entry,) = table.history()
+    _created, entry = table.history()
     assert entry.commit.operation is Operation.APPEND
     assert entry.commit.properties["spark.app.id"] == spark.sparkContext.applicationId
 

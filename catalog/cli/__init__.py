@@ -35,7 +35,6 @@ from catalog.errors import (
     TableNotFound,
     VersionNotFound,
 )
-from materializer.command import materializer_cmd
 
 EXIT_ERROR = 1
 EXIT_INVALID = 2
@@ -100,7 +99,25 @@ def _version() -> str:
         return "unknown"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Segcat(click.Group):
+    """``segcat``, with ``segcat materializer`` mounted from ``materializer.command`` when asked for.
+
+    Mounted lazily because that module runs ``python -m materializer`` on its own and uses
+    this package's parameter types: importing it here at load time would be a cycle.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), "materializer"})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "materializer":
+            from materializer.command import materializer_cmd
+
+            return materializer_cmd
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Segcat, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (or SEGCAT_CONFIG)."
 )
@@ -122,7 +139,6 @@ for _command in (
     show_cmd,
     diff_cmd,
     demo_cmd,
-    materializer_cmd,
     watch_cmd,
 ):
     cli.add_command(_command)
