@@ -166,7 +166,7 @@ def time_travel(
     built = read_segcat.build_table(
         config, catalog, name, plan, keyframe_every=sizes.tt_keyframe_every, prefix="t"
     )
-    mid = mid_index  # one record per commit from offset 0: commit i is version i
+    mid = mid_index + 1  # one record per commit after the creation at offset 0: commit i is version i + 1
     out = read_segcat.measure_time_travel(catalog, built, mid, expected, sizes.reps, sizes.fast_reps)
     table = catalog.table(name)
     store_only = measure(

@@ -118,8 +118,8 @@ def build_list_table(config: Config, catalog: Catalog, table: str, size: int, si
     plan = bulk_plan(size - sizes.tail_commits, sizes.per_commit[size])
     if len(plan) <= sizes.tail_commits:
         raise ValueError(f"size {size}: K={len(plan)} must exceed the {sizes.tail_commits} tail commits")
-    built = build_table(
-        config, catalog, table, plan + [1] * sizes.tail_commits, keyframe_every=len(plan), prefix="s"
+    built = build_table(  # K counts accepted commits: the table's creation (version 0) is one of them
+        config, catalog, table, plan + [1] * sizes.tail_commits, keyframe_every=len(plan) + 1, prefix="s"
     )
     built.details["bulk_commits"] = len(plan)
     built.details["tail_commits"] = sizes.tail_commits
@@ -295,7 +295,7 @@ def measure_time_travel(
         "version": mid,
         "live_segments": expected,
         "keyframe_used": at_most[-1] if at_most else None,
-        "commits_from_archives": mid - at_most[-1] if at_most else mid + 1,
+        "commits_from_archives": mid - at_most[-1] if at_most else mid,
         "chain": "default (redis → object-store → kafka); Redis declines (its key frame is newer)",
     }
     return {"segcat": timing.to_json(), "table": built.to_json()}
