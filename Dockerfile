@@ -17,12 +17,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 # Only what the package needs: keeps .venv/.segcat (jars, broker data) out of the image.
 COPY pyproject.toml README.md ./
-# catalog/_schemas is a symlink to ../schemas: the Avro schemas ship inside the package
+# catalog/protocol/_schemas links to ../../schemas: the Avro schemas ship inside the package;
+# segcat/ links each folder into the one segcat.* namespace the wheel installs
 COPY schemas ./schemas
 COPY catalog ./catalog
 COPY producers ./producers
 COPY materializer ./materializer
 COPY spark_integration ./spark_integration
+COPY cli ./cli
+COPY local_stack ./local_stack
+COPY segcat ./segcat
 RUN pip install . && rm -rf /src/build
 
 RUN useradd --create-home --uid 10001 segcat && mkdir -p /var/lib/segcat \

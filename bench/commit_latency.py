@@ -47,8 +47,8 @@ from bench.cpu import CpuMeter
 from bench.environment import describe
 from bench.runs import Run, Tick
 from bench.stats import median_ms
-from catalog.config import Config
-from catalog.errors import SegcatError
+from segcat.catalog.config import Config
+from segcat.catalog.errors import SegcatError
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
@@ -87,20 +87,21 @@ ALL_SCENARIOS = ("sequential", "concurrent", "floor", "long-log", "delta", "iceb
 
 def ensure_kafka(config: Config, *, start_stack: bool) -> None:
     """Make sure the broker answers; start the local stack if that is where the config points."""
-    from catalog import stack
-    from catalog.stack import kafka as stack_kafka
-    from catalog.stack.probe import kafka_answers
+    from segcat import local_stack as stack
+    from segcat.local_stack import kafka as stack_kafka
+    from segcat.local_stack.probe import kafka_answers
+    from segcat.local_stack.settings import StackSettings
 
     if kafka_answers(config.bootstrap_servers, timeout_s=5.0):
         return
-    local = config.bootstrap_servers == stack_kafka.address(config.stack)
+    local = config.bootstrap_servers == stack_kafka.address(StackSettings.load())
     if not (local and start_stack):
         raise SystemExit(
             f"Kafka at {config.bootstrap_servers} does not answer"
             + ("" if local else " (not the local stack, so it is not started here)")
         )
     console.print("[bold]Kafka is down: starting the local stack…")
-    stack.up(config, reporter=stack.RichReporter())
+    stack.up(StackSettings.load(), reporter=stack.RichReporter())
 
 
 @contextmanager

@@ -12,19 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from catalog.config import Config
-from catalog.stack import kafka as stack_kafka
-from catalog.stack import process
-from catalog.stack.layout import Layout
+from segcat.catalog.config import Config
+from segcat.local_stack import kafka as stack_kafka
+from segcat.local_stack import process
+from segcat.local_stack.layout import Layout
+from segcat.local_stack.settings import StackSettings
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def broker_pid(config: Config) -> int | None:
     """The local stack's Kafka pid (verified as ours), or None for an external cluster."""
-    if config.bootstrap_servers != stack_kafka.address(config.stack):
+    if config.bootstrap_servers != stack_kafka.address(StackSettings.load()):
         return None
-    record = process.read_pid_file(Layout.of(config.stack).pid_file(stack_kafka.NAME))
+    record = process.read_pid_file(Layout.of(StackSettings.load()).pid_file(stack_kafka.NAME))
     if record is None or not process.is_ours(record):
         return None
     return record.pid

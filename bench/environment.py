@@ -10,8 +10,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from catalog.config import Config
-from catalog.stack import kafka as stack_kafka
+from segcat.catalog.config import Config
+from segcat.local_stack import kafka as stack_kafka
+from segcat.local_stack.settings import StackSettings
 
 
 def _run(*cmd: str) -> str:
@@ -52,9 +53,9 @@ def java_version() -> str:
 
 def kafka_version(config: Config) -> str:
     """The local stack's broker version; an external cluster's version is not known here."""
-    if config.bootstrap_servers == stack_kafka.address(config.stack):
+    if config.bootstrap_servers == stack_kafka.address(StackSettings.load()):
         return (
-            f"{config.stack.kafka_version} (local stack: one KRaft broker, "
+            f"{StackSettings.load().kafka_version} (local stack: one KRaft broker, "
             f"replication factor {config.replication_factor})"
         )
     return f"unknown (external cluster at {config.bootstrap_servers})"

@@ -141,7 +141,7 @@ def run_iceberg(workdir: Path, commits: int, *, tick: Tick = no_tick, meter: Cpu
     warehouse.mkdir(parents=True, exist_ok=True)
     catalog = SqlCatalog(
         "bench",
-        uri=f"sqlite:///{root / 'catalog.db'}",
+        uri=f"sqlite:///{root / 'segcat.catalog.db'}",
         warehouse=f"file://{warehouse}",
     )
     catalog.create_namespace("bench")

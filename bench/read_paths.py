@@ -39,9 +39,10 @@ from bench import read_peers, read_report, read_segcat, read_whatif
 from bench.environment import describe
 from bench.read_common import FULL, QUICK, Sizes, bulk_plan, measure, profile, profile_file, quiet_logging
 from bench.runs import loadavg
-from catalog import stack
-from catalog.config import Config
-from catalog.table import Catalog
+from segcat import local_stack as stack
+from segcat.catalog.config import Config
+from segcat.catalog.read.table import Catalog
+from segcat.local_stack.settings import StackSettings
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
@@ -239,7 +240,7 @@ def catchup(
 
 def run(sizes: Sizes, *, quick: bool, keep: bool, only: set[str]) -> dict[str, Any]:
     base = Config.load()
-    stack.up(base)
+    stack.up(StackSettings.load())
     workdir = Path(tempfile.mkdtemp(prefix="segcat-read-paths-"))
     config = replace(base, warehouse=str(workdir / "warehouse"))
     catalog = Catalog(config)

@@ -167,7 +167,7 @@ def iceberg_catalog(root: Path) -> Any:
 
     warehouse = root / "warehouse"
     warehouse.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("bench", uri=f"sqlite:///{root / 'catalog.db'}", warehouse=f"file://{warehouse}")
+    return SqlCatalog("bench", uri=f"sqlite:///{root / 'segcat.catalog.db'}", warehouse=f"file://{warehouse}")
 
 
 def build_iceberg(catalog: Any, identifier: str, data_dir: Path, plan: list[int]) -> IcebergBuilt:

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.read_common import quiet_logging
-from catalog.config import Config
-from catalog.model import ColumnStats, ColumnType, Segment
-from catalog.names import table_name
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
+from segcat.catalog.protocol.names import table_name
 
 CTX = mp.get_context("spawn")
 PARTITION = "2024-01"
@@ -73,7 +73,7 @@ def materializer_config(config: Config, keyframe_every: int | None = None) -> Co
 
 
 def _materializer_main(config: Config, pattern: str, group: str, ready: Event, stop: Event) -> None:
-    from materializer.service import Materializer
+    from segcat.materializer.service import Materializer
 
     quiet_logging()
     service = Materializer(config, group_id=group, pattern=pattern)
@@ -114,7 +114,7 @@ def materializer_process(config: Config, table: str) -> Iterator[SpawnProcess]:
 def _writer_main(
     config: Config, table: str, plan: list[int], prefix: str, out: Queue[Any], start: Event | None
 ) -> None:
-    from producers.writer import TableWriter
+    from segcat.producers.writer import TableWriter
 
     quiet_logging()
     versions: list[int] = []
@@ -164,7 +164,7 @@ def write_in_processes(
 def _watcher_main(
     config: Config, table: str, stop_at: Synchronized[int], out: Queue[Any], first: Event
 ) -> None:
-    from catalog.table import Catalog
+    from segcat.catalog.read.table import Catalog
 
     quiet_logging()
     arrivals: list[tuple[int, int, int, int, str]] = []
@@ -244,9 +244,9 @@ class SplitClock:
 
 
 def _instrument(clock: SplitClock) -> None:
-    from catalog import rules
-    from materializer.service import Materializer
-    from materializer.table_materializer import TableMaterializer
+    from segcat.catalog.protocol import rules
+    from segcat.materializer.service import Materializer
+    from segcat.materializer.table_materializer import TableMaterializer
 
     clock.wrap(rules, "apply_record", "decode_and_rules")
     clock.wrap(TableMaterializer, "_publish", "redis_writes")
@@ -259,8 +259,8 @@ def _instrument(clock: SplitClock) -> None:
 def _catchup_main(
     config: Config, table: str, group: str, end_offset: int, out: Queue[Any], profile_to: str | None
 ) -> None:
-    from materializer import metrics
-    from materializer.service import Materializer
+    from segcat.materializer import metrics
+    from segcat.materializer.service import Materializer
 
     quiet_logging()
     name = table_name(table)

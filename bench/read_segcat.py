@@ -30,16 +30,17 @@ from bench.read_processes import (
     write_in_processes,
 )
 from bench.stats import Summary
-from catalog import codec, keyframe
-from catalog.config import Config
-from catalog.frame_view import FrameView
-from catalog.logreader import LogReader
-from catalog.names import table_name
-from catalog.redis_store import RedisStore
-from catalog.snapshot import Snapshot
-from catalog.table import Catalog, Table
-from catalog.topics import TopicAdmin
-from producers.writer import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.names import table_name
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.producers.writer import TableWriter
 
 
 @dataclass

@@ -31,12 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.read_common import NS_PER_MS
-from catalog import keyframe
-from catalog.config import Config
-from catalog.frame_view import FrameView
-from catalog.redis_store import RedisStore
-from catalog.snapshot import Snapshot
-from catalog.table import Table
+from segcat.catalog.config import Config
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.table import Table
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.redis_store import RedisStore
 
 BENCH_KEY_PREFIX = "segcat-bench:read-paths"
 

@@ -335,7 +335,7 @@ def render(results: dict[str, Any]) -> str:
         add(
             "Medians per commit. *Produce*: send → delivery report (acks=all). *Catch-up*: the "
             "writer's tailer fetching and replaying the log up to its own record to judge it "
-            "(DESIGN §4). *Other*: validation, Avro encoding, bookkeeping."
+            "(docs/PROTOCOL.md §4). *Other*: validation, Avro encoding, bookkeeping."
         )
         add("")
         add(
@@ -444,7 +444,7 @@ METHOD = [
     "stats (`id` INT, `name` STRING) and a partition per commit; latency = wall time of the call, "
     "which returns only after the commit's verdict is known (produce with `acks=all` + "
     "idempotence, delivery report, catch-up fetch and deterministic validation). Topic created "
-    "by `Catalog.create_table` with the DESIGN §2 settings.",
+    "by `Catalog.create_table` with the docs/PROTOCOL.md §1 settings.",
     "**Concurrent**: writer processes started with `multiprocessing` (spawn); each opens its "
     "writer and makes one warm-up commit, then all wait on a barrier; the aggregate rate is all "
     "timed commits / (last writer's end − first writer's start). Latencies of all writers are "

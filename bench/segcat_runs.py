@@ -32,14 +32,14 @@ from confluent_kafka import KafkaError, Producer
 from bench.cpu import CpuMeter
 from bench.runs import Run, Tick, loadavg, no_tick
 from bench.stats import NS_PER_MS, Summary, median_ms
-from catalog import codec
-from catalog.clients import producer_config
-from catalog.config import Config
-from catalog.model import ColumnStats, ColumnType, Commit, Operation, Segment
-from catalog.names import table_name
-from catalog.table import Catalog
-from catalog.topics import TopicAdmin
-from producers.writer import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.log.clients import producer_config
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
+from segcat.catalog.protocol.names import table_name
+from segcat.catalog.read.table import Catalog
+from segcat.producers.writer import TableWriter
 
 PARTITION = "2024-01"
 
@@ -245,9 +245,9 @@ def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
 def measure_codec(count: int = 2000) -> dict[str, float]:
     """In-process cost of encoding a one-segment commit, and of applying it (decode + judge +
     fold into the image): the part of a writer's CPU that replaying other writers' commits adds."""
-    from catalog import rules
-    from catalog.model import LogRecord
-    from catalog.state import TableState
+    from segcat.catalog.protocol import rules
+    from segcat.catalog.protocol.model import LogRecord
+    from segcat.catalog.protocol.state import TableState
 
     commits = [
         Commit(

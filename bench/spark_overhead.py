@@ -48,7 +48,7 @@ from rich.console import Console
 from bench import report
 from bench.environment import describe, package_version
 from bench.stats import percentile
-from catalog.config import Config
+from segcat.catalog.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO / "bench" / "results"
@@ -122,12 +122,13 @@ def wait_for_other_benchmarks(limit_s: int) -> dict[str, Any]:
 
 
 def ensure_stack(config: Config) -> None:
-    from catalog import stack
-    from catalog.stack.probe import kafka_answers
+    from segcat import local_stack as stack
+    from segcat.local_stack.probe import kafka_answers
+    from segcat.local_stack.settings import StackSettings
 
     if not kafka_answers(config.bootstrap_servers, timeout_s=5.0):
         console.print("[bold]Kafka is down: starting the local stack…")
-        stack.up(config)
+        stack.up(StackSettings.load())
 
 
 def dir_stats(path: Path) -> dict[str, int]:
@@ -139,7 +140,7 @@ def dir_stats(path: Path) -> dict[str, int]:
 
 
 def _tiny_segment(i: int = 0) -> Any:
-    from catalog.model import ColumnStats, ColumnType, Segment
+    from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 
     sid = f"s{i:05d}-{uuid.uuid4().hex[:6]}"
     return Segment(
@@ -157,10 +158,10 @@ def run_append(spark: Any, config: Config, params: Params, work: Path) -> dict[s
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    import spark_integration as si
-    from catalog.parquet_stats import segment_from_parquet
-    from catalog.table import Catalog, table_root
-    from producers import TableWriter
+    import segcat.spark_integration as si
+    from segcat.catalog.read.table import Catalog, table_root
+    from segcat.catalog.storage.parquet_stats import segment_from_parquet
+    from segcat.producers import TableWriter
 
     total = params.files * params.rows_per_file
     df = (
@@ -316,9 +317,9 @@ def run_append(spark: Any, config: Config, params: Params, work: Path) -> dict[s
 
 
 def run_stream(spark: Any, config: Config, params: Params) -> dict[str, Any]:
-    import spark_integration as si
-    from catalog.table import Catalog
-    from producers import TableWriter
+    import segcat.spark_integration as si
+    from segcat.catalog.read.table import Catalog
+    from segcat.producers import TableWriter
 
     name = f"bench.stream_{uuid.uuid4().hex[:8]}"
     Catalog(config).create_table(name)
@@ -608,8 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="segcat-bench-spark-"))
     config = replace(base, warehouse=str(work / "warehouse"))
 
-    import spark_integration as si
-
+    import segcat.spark_integration as si
     spark = si.local_session("segcat-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
     waited = wait_for_other_benchmarks(0 if args.no_wait else params.wait_for_others_s)

@@ -15,26 +15,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from catalog.errors import ConfigError
+from segcat.catalog.errors import ConfigError
 
-DEFAULT_KAFKA_PORT = 19092
-DEFAULT_KAFKA_CONTROLLER_PORT = 19093
-DEFAULT_REDIS_PORT = 16379
+DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
+"""Loopback addresses, where ``segcat stack up`` starts Kafka and Redis unless told otherwise."""
 
 _KAFKA_ENV_PREFIX = "SEGCAT_KAFKA_"
-
-
-@dataclass(frozen=True)
-class StackSettings:
-    """Where and how the local (Docker-free) stack runs."""
-
-    home: Path
-    kafka_version: str = "4.1.1"
-    kafka_port: int = DEFAULT_KAFKA_PORT
-    kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
-    kafka_heap: str = "512m"
-    redis_port: int = DEFAULT_REDIS_PORT
-    start_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -44,7 +31,8 @@ class Config:
     bootstrap_servers: str
     redis_url: str
     warehouse: str
-    stack: StackSettings
+    home: Path
+    """segcat's own directory (``SEGCAT_HOME``, default ``.segcat``): the default warehouse lives in it."""
     kafka: Mapping[str, str] = field(default_factory=dict)
     """librdkafka settings passed through untouched (security.protocol, sasl.*, ssl.*, …)."""
     replication_factor: int = 1
@@ -76,45 +64,24 @@ class Config:
         """
         env = os.environ if env is None else env
         toml_path = path or env.get("SEGCAT_CONFIG")
-        data = _read_toml(Path(toml_path)) if toml_path else {}
-        src = _Settings(env, data, str(toml_path))
+        data = read_toml(Path(toml_path)) if toml_path else {}
+        src = SettingsSource(env, data, str(toml_path))
         src.refuse_unknown(data, _TOP_KEYS, "")
-        stack_data = src.table("stack")
-        src.refuse_unknown(stack_data, _STACK_KEYS, "stack")
+        src.table("stack")  # the local stack's section (segcat.local_stack reads it)
         home = Path(src.text("SEGCAT_HOME", "home", ".segcat")).absolute()
-        stack = StackSettings(
-            home=home,
-            kafka_version=src.text("SEGCAT_KAFKA_VERSION", "kafka_version", "4.1.1", section="stack"),
-            kafka_port=src.integer(
-                "SEGCAT_STACK_KAFKA_PORT", "kafka_port", DEFAULT_KAFKA_PORT, 1, 65535, "stack"
-            ),
-            kafka_controller_port=src.integer(
-                "SEGCAT_STACK_KAFKA_CONTROLLER_PORT",
-                "kafka_controller_port",
-                DEFAULT_KAFKA_CONTROLLER_PORT,
-                1,
-                65535,
-                "stack",
-            ),
-            kafka_heap=src.text(None, "kafka_heap", "512m", section="stack"),
-            redis_port=src.integer(
-                "SEGCAT_STACK_REDIS_PORT", "redis_port", DEFAULT_REDIS_PORT, 1, 65535, "stack"
-            ),
-            start_timeout_s=src.number(None, "start_timeout_s", 120.0, 1.0, 3600.0, "stack"),
-        )
         kafka_cfg, origins = src.kafka()
-        redis_url = src.text("SEGCAT_REDIS_URL", "redis_url", f"redis://127.0.0.1:{stack.redis_port}/0")
+        redis_url = src.text("SEGCAT_REDIS_URL", "redis_url", DEFAULT_REDIS_URL)
         if not redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(
                 f"{src.origin('SEGCAT_REDIS_URL', 'redis_url')} must start with redis://, rediss:// or unix://"
             )
         return cls(
             bootstrap_servers=src.text(
-                "SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers", f"127.0.0.1:{stack.kafka_port}"
+                "SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS
             ),
             redis_url=redis_url,
             warehouse=src.text("SEGCAT_WAREHOUSE", "warehouse", str(home / "warehouse")),
-            stack=stack,
+            home=home,
             kafka=kafka_cfg,
             kafka_origins=origins,
             replication_factor=src.integer("SEGCAT_REPLICATION_FACTOR", "replication_factor", 1, 1, 32767),
@@ -147,7 +114,7 @@ class Config:
 
 
 _RESERVED_KAFKA_ENV = {"SEGCAT_KAFKA_VERSION"}
-"""``SEGCAT_KAFKA_*`` variables that are segcat's own, not librdkafka settings."""
+"""``SEGCAT_KAFKA_*`` variables that are segcat's own, not librdkafka settings (the local stack's)."""
 
 _TOP_KEYS = (
     "home",
@@ -169,17 +136,9 @@ _TOP_KEYS = (
     "metrics_port",
     "metrics_addr",
 )
-_STACK_KEYS = (
-    "kafka_version",
-    "kafka_port",
-    "kafka_controller_port",
-    "kafka_heap",
-    "redis_port",
-    "start_timeout_s",
-)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -198,7 +157,7 @@ def _toml_kind(value: object) -> str:
     return names.get(type(value), f"a {type(value).__name__}")
 
 
-class _Settings:
+class SettingsSource:
     """One value at a time from the environment (non-empty wins) or the TOML file, checked and typed.
 
     Errors name where the bad value came from: the variable, or the key and the file.

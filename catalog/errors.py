@@ -44,7 +44,7 @@ class TableAlreadyExists(SegcatError):
 
 
 class MisconfiguredTable(SegcatError):
-    """The table's topic exists but breaks DESIGN §2 (partitions, cleanup policy, …)."""
+    """The table's topic exists but breaks docs/PROTOCOL.md §1 (partitions, cleanup policy, …)."""
 
 
 class MalformedCommit(SegcatError, ValueError):
@@ -67,12 +67,8 @@ class ServiceUnavailable(SegcatError):
     """Kafka or Redis did not answer within the configured timeout."""
 
 
-class StackError(SegcatError):
-    """The local development stack could not be started, stopped or inspected."""
-
-
 class CommitConflict(SegcatError):
-    """The log ordered a conflicting commit before ours (DESIGN §4 rules 3–6).
+    """The log ordered a conflicting commit before ours (docs/PROTOCOL.md §4, rules 3–6).
 
     ``rule`` names the rule, ``conflicting_version`` the version that made ours lose,
     ``version`` the offset our rejected record took. Re-plan on the newest state and retry
@@ -124,3 +120,36 @@ class ArchiveGap(SegcatError):
         self.covered_upto = covered_upto
         self.wanted_upto = wanted_upto
         super().__init__(detail)
+
+
+# ---------------------------------------------------------------------------- exit codes
+
+EXIT_ERROR = 1
+EXIT_INVALID = 2
+EXIT_CONFLICT = 3
+EXIT_NOT_FOUND = 4
+EXIT_UNAVAILABLE = 5
+EXIT_INTERRUPTED = 130
+
+_EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
+    (InvalidArgument, EXIT_INVALID),  # InvalidPredicate too
+    (MalformedCommit, EXIT_INVALID),
+    (InvalidCommit, EXIT_INVALID),
+    (CommitTooLarge, EXIT_INVALID),
+    (InvalidTableName, EXIT_INVALID),
+    (ConfigError, EXIT_INVALID),
+    (CommitConflict, EXIT_CONFLICT),
+    (TableAlreadyExists, EXIT_CONFLICT),
+    (TableNotFound, EXIT_NOT_FOUND),
+    (VersionNotFound, EXIT_NOT_FOUND),
+    (ServiceUnavailable, EXIT_UNAVAILABLE),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit code for an error (README, "Exit codes"), the same for every segcat
+    program: 2 invalid input, 3 conflict, 4 not found, 5 service unavailable, 1 anything else."""
+    for kind, code in _EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_ERROR

@@ -8,11 +8,10 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from catalog.cli import EXIT_ERROR, EXIT_INTERRUPTED, exit_code
-from catalog.config import Config
-from catalog.errors import SegcatError, TableNotFound
-from catalog.table import Catalog, Table
-from spark_integration import local_session
+from segcat.catalog.config import Config
+from segcat.catalog.errors import EXIT_ERROR, EXIT_INTERRUPTED, SegcatError, TableNotFound, exit_code
+from segcat.catalog.read.table import Catalog, Table
+from segcat.spark_integration import local_session
 
 
 def open_table(config: Config, name: str, *, create: bool = False) -> Table:

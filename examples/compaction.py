@@ -17,11 +17,10 @@ import sys
 
 from _common import open_table, run, session
 
-import spark_integration as si
-from catalog.cli import EXIT_CONFLICT
-from catalog.config import Config
-from catalog.errors import CommitConflict
-from catalog.expressions import col
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.errors import EXIT_CONFLICT, CommitConflict
+from segcat.catalog.protocol.expressions import col
 
 
 def main() -> None:

@@ -17,9 +17,9 @@ from _common import open_table, run, session
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-import spark_integration as si
-from catalog.config import Config
-from catalog.model import Isolation
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.model import Isolation
 
 
 def events(spark: SparkSession, start: dt.date, days: int, rows_per_day: int) -> DataFrame:

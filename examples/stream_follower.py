@@ -18,8 +18,8 @@ import tempfile
 from _common import open_table, run, session
 from pyspark.sql import DataFrame
 
-import spark_integration as si
-from catalog.config import Config
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
 
 
 def show(df: DataFrame, batch_id: int) -> None:

@@ -1,6 +1,6 @@
-"""``python -m materializer``: the materializer command (for process supervisors and tests)."""
+"""``python -m segcat.materializer``: the materializer command (for process supervisors and tests)."""
 
-from materializer.command import main
+from segcat.materializer.command import main
 
 if __name__ == "__main__":
     main()

@@ -20,8 +20,8 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from catalog.errors import ServiceUnavailable
-from materializer import metrics
+from segcat.catalog.errors import ServiceUnavailable
+from segcat.materializer import metrics
 
 log = logging.getLogger("segcat.materializer")
 

@@ -1,4 +1,4 @@
-"""The ``materializer`` command (``python -m materializer``; ``segcat materializer`` can mount it).
+"""The ``materializer`` command (``python -m segcat.materializer``; ``segcat materializer`` can mount it).
 
 Lives beside the service so its options (static membership, session timeout) follow it.
 Failures end as ``segcat`` ends them: one ``error:`` line and the README's exit codes.
@@ -13,12 +13,9 @@ from dataclasses import replace
 
 import click
 
-from catalog import logs
-from catalog.cli.params import PORT, Integer
-from catalog.config import Config
-from catalog.errors import SegcatError
-
-EXIT_INTERRUPTED = 130
+from segcat.catalog import logs
+from segcat.catalog.config import Config
+from segcat.catalog.errors import EXIT_INTERRUPTED, EXIT_INVALID, SegcatError, exit_code
 
 
 @click.command("materializer")
@@ -33,7 +30,7 @@ EXIT_INTERRUPTED = 130
 )
 @click.option(
     "--session-timeout-ms",
-    type=Integer(1, 2**31 - 1, what="a session timeout in ms"),
+    type=click.IntRange(1, 2**31 - 1),
     envvar="SEGCAT_MATERIALIZER_SESSION_TIMEOUT_MS",
     default=None,
     help="How long a silent instance keeps its tables (default 10000, or SEGCAT_KAFKA_SESSION_TIMEOUT_MS; "
@@ -42,7 +39,7 @@ EXIT_INTERRUPTED = 130
 )
 @click.option(
     "--metrics-port",
-    type=PORT,
+    type=click.IntRange(0, 65535),
     default=None,
     help="/metrics and /healthz port (default from config; 0 = off).",
 )
@@ -57,7 +54,7 @@ def materializer_cmd(
     pattern: str,
 ) -> None:
     """Run the materializer: key frames in Redis and on object storage, version notifications."""
-    from materializer.service import Materializer, install_signal_handlers
+    from segcat.materializer.service import Materializer, install_signal_handlers
 
     logs.configure(logging.INFO)
     config = Config.load()
@@ -77,8 +74,6 @@ def materializer_cmd(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the command; a failure (busy port, fenced instance, …) is one line on stderr."""
-    from catalog.cli import exit_code  # here: ``catalog.cli`` may mount this module's command
-
     try:
         materializer_cmd.main(
             list(sys.argv[1:] if argv is None else argv),
@@ -89,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         _fail(f"{exc.format_message()} (see 'segcat materializer -h')")
-        sys.exit(exit_code(exc))
+        sys.exit(EXIT_INVALID)
     except SegcatError as exc:
         _fail(f"{type(exc).__name__}: {exc}")
         sys.exit(exit_code(exc))

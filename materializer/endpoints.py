@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from catalog.errors import ConfigError
+from segcat.catalog.errors import ConfigError
 
 log = logging.getLogger("segcat.materializer")
 

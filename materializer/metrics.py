@@ -1,4 +1,4 @@
-"""Prometheus metrics of the materializer (served on ``/metrics`` by ``materializer.endpoints``)."""
+"""Prometheus metrics of the materializer (served on ``/metrics`` by ``segcat.materializer.endpoints``)."""
 
 from __future__ import annotations
 

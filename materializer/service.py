@@ -31,17 +31,17 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from catalog.clients import consumer_config
-from catalog.config import Config
-from catalog.errors import ConfigError, InvalidTableName, SegcatError, UnsupportedProtocol
-from catalog.model import LogRecord
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.redis_store import RedisStore
-from catalog.table_files import TableFiles
-from materializer import endpoints, metrics
-from materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
-from materializer.table_materializer import TableMaterializer
+from segcat.catalog.config import Config
+from segcat.catalog.errors import ConfigError, InvalidTableName, SegcatError, UnsupportedProtocol
+from segcat.catalog.log.clients import consumer_config
+from segcat.catalog.protocol.model import LogRecord
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.materializer import endpoints, metrics
+from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
+from segcat.materializer.table_materializer import TableMaterializer
 
 log = logging.getLogger("segcat.materializer")
 

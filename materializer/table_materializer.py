@@ -14,19 +14,20 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from catalog import codec, keyframe, rules
-from catalog.archive import ArchivedCommit
-from catalog.config import Config
-from catalog.errors import CorruptKeyFrame, ServiceUnavailable
-from catalog.frame_view import FrameView
-from catalog.model import Commit, LogRecord
-from catalog.names import TableName
-from catalog.redis_store import Head, RecordBatch, RedisStore, VersionEvent
-from catalog.rules import Outcome, Verdict
-from catalog.state import TableState
-from catalog.table_files import TableFiles
-from materializer import metrics
-from materializer.backoff import RedisGate
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import Commit, LogRecord
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.rules import Outcome, Verdict
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.archive import ArchivedCommit
+from segcat.catalog.storage.redis_store import Head, RecordBatch, RedisStore, VersionEvent
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.materializer import metrics
+from segcat.materializer.backoff import RedisGate
 
 log = logging.getLogger("segcat.materializer")
 

@@ -1,5 +1,5 @@
 """Writers: publish commits to a table's topic and learn their verdicts."""
 
-from producers.writer import TableWriter
+from segcat.producers.writer import TableWriter
 
 __all__ = ["TableWriter"]

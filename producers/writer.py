@@ -20,29 +20,29 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from catalog import codec, locations, protocol, rules
-from catalog.clients import producer_config
-from catalog.commit_types import id_collection, type_problem
-from catalog.config import Config
-from catalog.errors import (
+from segcat.catalog.config import Config
+from segcat.catalog.errors import (
     CommitConflict,
     CommitTooLarge,
     InvalidCommit,
     MalformedCommit,
     ServiceUnavailable,
 )
-from catalog.expressions import Predicate
-from catalog.model import Commit, Isolation, Operation, Protocol, Segment, Tombstone
-from catalog.names import TableName, table_name
-from catalog.objectstore import ObjectStore
-from catalog.predicate_parser import to_sql
-from catalog.replay import Applied, Listener
-from catalog.rules import Outcome, Verdict
-from catalog.state import ALLOWED_LOCATIONS_PROPERTY, TableState
-from catalog.table import table_root
-from catalog.table_files import TableFiles
-from catalog.tailer import LogTailer
-from catalog.topics import TopicAdmin
+from segcat.catalog.log.clients import producer_config
+from segcat.catalog.log.tailer import LogTailer
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec, locations, rules, versions
+from segcat.catalog.protocol.commit_types import id_collection, type_problem
+from segcat.catalog.protocol.expressions import Predicate
+from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.names import TableName, table_name
+from segcat.catalog.protocol.predicates import to_sql
+from segcat.catalog.protocol.replay import Applied, Listener
+from segcat.catalog.protocol.rules import Outcome, Verdict
+from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
+from segcat.catalog.read.table import table_root
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
 
 log = logging.getLogger("segcat.writer")
 
@@ -192,7 +192,7 @@ class TableWriter:
         """A commit based on the writer's current image (``base_version`` = what it has read).
 
         Tombstones are predicates in the grammar of docs/PROTOCOL.md §4a, as text or as a
-        ``catalog.expressions`` predicate. ``MalformedCommit`` for arguments of the wrong shape
+        ``protocol.expressions`` predicate. ``MalformedCommit`` for arguments of the wrong shape
         (a bare string where a collection belongs, a single segment, …); nothing is sent.
         """
         try:
@@ -274,7 +274,7 @@ class TableWriter:
         """
         state = self.state
         offset = state.version + 1
-        strict = max(state.protocol.version, protocol.CURRENT_VERSION)
+        strict = max(state.protocol.version, versions.CURRENT_VERSION)
         problem = rules.malformation(commit, offset, self.name.qualified, strict) or _outside_root(
             commit, state.location or table_root(self.config, self.name), state
         )

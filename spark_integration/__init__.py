@@ -6,14 +6,14 @@
   COMPACT that drops exactly what it read.
 - ``read(spark, table, version=..., as_of=..., where=...)``: the live, pruned files of a
   version with soft deletes applied.
-- ``format("segcat")``: the Python data source (``spark_integration.datasource``), registered
+- ``format("segcat")``: the Python data source (``segcat.spark_integration.datasource``), registered
   by ``register(spark)`` or ``local_session()``.
 """
 
-from spark_integration.options import config_from_options, source_options
-from spark_integration.reader import read, read_snapshot
-from spark_integration.session import local_session, register
-from spark_integration.writer import StagedWrite, compact, stage_compaction, stage_write, write
+from segcat.spark_integration.options import config_from_options, source_options
+from segcat.spark_integration.reader import read, read_snapshot
+from segcat.spark_integration.session import local_session, register
+from segcat.spark_integration.writer import StagedWrite, compact, stage_compaction, stage_write, write
 
 __all__ = [
     "StagedWrite",

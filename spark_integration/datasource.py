@@ -46,19 +46,19 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from catalog import keyframe
-from catalog.config import Config
-from catalog.jsonio import segment_to_json
-from catalog.logreader import LogReader
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.replay import Applied, replay
-from catalog.rules import Outcome
-from catalog.state import TableState
-from catalog.table import Catalog
-from catalog.table_files import TableFiles
-from spark_integration.options import config_from_options, lower_keys
-from spark_integration.reader import as_of_ms
+from segcat.catalog.config import Config
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.jsonio import segment_to_json
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.spark_integration.options import config_from_options, lower_keys
+from segcat.spark_integration.reader import as_of_ms
 
 VERSIONS_SCHEMA = (
     "table STRING, version BIGINT, prev_version BIGINT, timestamp TIMESTAMP, commit_id STRING, "
@@ -405,7 +405,7 @@ class SegmentsReader(DataSourceReader):
 
 
 def _text(value: Any) -> str | None:
-    """Stats as text: ISO dates/times, base64 bytes (as in ``catalog.jsonio``), numbers as written."""
+    """Stats as text: ISO dates/times, base64 bytes (as jsonio writes them), numbers as written."""
     if value is None:
         return None
     if isinstance(value, bool):

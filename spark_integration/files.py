@@ -30,11 +30,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from catalog import bloom
-from catalog.jsonio import segment_to_json
-from catalog.model import ColumnStats, ColumnType, Segment
-from catalog.objectstore import TEMP_MARKER, s3_filesystem
-from catalog.parquet_stats import column_type, segment_from_parquet
+from segcat.catalog.protocol import bloom
+from segcat.catalog.protocol.column_types import column_type
+from segcat.catalog.protocol.jsonio import segment_to_json
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
+from segcat.catalog.storage.objectstore import TEMP_MARKER, s3_filesystem
+from segcat.catalog.storage.parquet_stats import segment_from_parquet
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Partition name and directory for a null (or empty) partition value, as Hive and Spark spell it."""

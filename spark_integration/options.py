@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from catalog.config import Config
+from segcat.catalog.config import Config
 
 PREFIX = "segcat."
 KAFKA_PREFIX = "segcat.kafka."

@@ -28,15 +28,15 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from catalog.bloom import micros
-from catalog.config import Config
-from catalog.errors import InvalidPredicate
-from catalog.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
-from catalog.model import ColumnType, Segment, Tombstone
-from catalog.names import TableName, table_name
-from catalog.predicate_parser import parse_predicate
-from catalog.snapshot import Snapshot
-from catalog.table import Catalog, Table
+from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidPredicate
+from segcat.catalog.protocol.bloom import micros
+from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
+from segcat.catalog.protocol.model import ColumnType, Segment, Tombstone
+from segcat.catalog.protocol.names import TableName, table_name
+from segcat.catalog.protocol.predicates import parse_predicate
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.table import Catalog, Table
 
 TableRef = str | TableName | Table
 AsOf = int | dt.datetime | str
@@ -88,7 +88,7 @@ def read(
 ) -> DataFrame:
     """The table's rows at ``version`` / ``as_of`` (default: the head).
 
-    ``where`` as a ``catalog.expressions`` predicate prunes segments by their stats *and*
+    ``where`` as a ``segcat.catalog.protocol.expressions`` predicate prunes segments by their stats *and*
     filters rows (both with Spark SQL's semantics, docs/PROTOCOL.md §4a); as a pyspark
     ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
     (Spark still skips row groups by their Parquet stats).
@@ -228,7 +228,7 @@ def _name(column: str) -> Column:
 
 
 def to_column(predicate: Predicate, columns: Collection[str] | None = None) -> Column:
-    """The Spark row filter equivalent to a ``catalog.expressions`` predicate.
+    """The Spark row filter equivalent to a ``segcat.catalog.protocol.expressions`` predicate.
 
     Literals go to Spark as Spark reads them in SQL text: naive datetimes are UTC, integers
     beyond BIGINT are decimals, a time with nanoseconds (Spark holds microseconds) becomes

@@ -43,6 +43,6 @@ def local_session(
 
 def register(spark: SparkSession) -> None:
     """Register the ``segcat`` Python data source (``spark.read/readStream.format("segcat")``)."""
-    from spark_integration.datasource import SegcatDataSource
+    from segcat.spark_integration.datasource import SegcatDataSource
 
     spark.dataSource.register(SegcatDataSource)

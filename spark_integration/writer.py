@@ -26,17 +26,17 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from catalog.config import Config
-from catalog.expressions import Predicate
-from catalog.jsonio import segment_from_json
-from catalog.model import Commit, Isolation, Operation, Segment
-from catalog.names import TableName
-from catalog.snapshot import Snapshot
-from catalog.state import LiveSegment, TableState
-from catalog.table import Table, table_root
-from producers import TableWriter
-from spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
-from spark_integration.reader import ScanFile, TableRef, scan, table_ref
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.expressions import Predicate
+from segcat.catalog.protocol.jsonio import segment_from_json
+from segcat.catalog.protocol.model import Commit, Isolation, Operation, Segment
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.state import LiveSegment, TableState
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.table import Table, table_root
+from segcat.producers import TableWriter
+from segcat.spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
+from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
 
 Mode = Literal["append", "replace"]
 

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from catalog.config import Config
-from catalog.errors import CommitConflict
-from catalog.model import Operation
-from catalog.replay import Applied
-from catalog.state import TableState
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict
+from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.replay import Applied
+from segcat.catalog.protocol.state import TableState
+from segcat.producers import TableWriter
 from tests.factories import segment
 
 PARTITIONS = ("p0", "p1", "p2")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.config import Config
-from catalog.table import Catalog, Table
+from segcat.catalog.config import Config
+from segcat.catalog.read.table import Catalog, Table
 from tests.materializer_support import PrivateRedis
 from tests.services import LOCAL_STACK_HOME, ResolvedServices, resolve_services
 

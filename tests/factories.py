@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from catalog.config import Config
-from catalog.model import ColumnStats, ColumnType, Segment
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 
 
 def segment(segment_id: str, partition: str | None = "2020-01", rows: int = 10) -> Segment:

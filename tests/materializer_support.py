@@ -23,19 +23,19 @@ from typing import IO, Any
 
 import redis
 
-from catalog.config import Config
-from catalog.errors import CommitConflict
-from catalog.logreader import LogReader
-from catalog.model import Operation
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.redis_store import Head, RedisStore
-from catalog.replay import Applied, replay
-from catalog.state import TableState
-from catalog.table import Catalog
-from catalog.table_files import TableFiles
-from materializer.service import Materializer
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis_store import Head, RedisStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.materializer.service import Materializer
+from segcat.producers import TableWriter
 from tests.factories import segment
 
 
@@ -139,7 +139,7 @@ def spawn_materializer(
     metrics_port: int = 0,
     session_timeout_ms: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``python -m materializer`` in a process of its own (to kill -9 it). ``instance_id`` is
+    """``python -m segcat.materializer`` in a process of its own (to kill -9 it). ``instance_id`` is
     its static member id: reuse it for a restart of the same instance, never for two at once."""
     env = {
         **os.environ,
@@ -154,7 +154,10 @@ def spawn_materializer(
     if session_timeout_ms is not None:
         args += ["--session-timeout-ms", str(session_timeout_ms)]
     return subprocess.Popen(
-        [sys.executable, "-m", "materializer", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        [sys.executable, "-m", "segcat.materializer", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
     )
 
 

@@ -1,6 +1,6 @@
 """Segments described the way writers describe them, and the snapshots prune runs on.
 
-Files are written and described through ``spark_integration.files.write_files`` (the
+Files are written and described through ``segcat.spark_integration.files.write_files`` (the
 executor path: footer stats via ``segment_from_parquet``, float stats, NaN counts and the
 Bloom filter from the rows), no Spark needed, or with plain pyarrow and described from the
 footer alone (``describe_footer``: what a file another writer made gets). Each snapshot is
@@ -17,15 +17,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from catalog import keyframe, rules
-from catalog.expressions import Predicate
-from catalog.frame_view import FrameView
-from catalog.jsonio import segment_from_json
-from catalog.model import Commit, Operation, Segment
-from catalog.parquet_stats import segment_from_parquet
-from catalog.snapshot import Snapshot
-from catalog.state import TableState
-from spark_integration.files import FileSpec, write_files
+from segcat.catalog.protocol import rules
+from segcat.catalog.protocol.expressions import Predicate
+from segcat.catalog.protocol.jsonio import segment_from_json
+from segcat.catalog.protocol.model import Commit, Operation, Segment
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.parquet_stats import segment_from_parquet
+from segcat.spark_integration.files import FileSpec, write_files
 
 
 def describe(root: Path, table: pa.Table, bloom_column: str | None = None) -> Segment:

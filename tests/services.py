@@ -4,7 +4,7 @@
    used as-is, nothing is started or stopped.
 2. ``testcontainers`` installed and a Docker engine answering: a KRaft Kafka container and a
    Redis container, removed again by ``stop``.
-3. Otherwise the project's own Docker-free stack (``catalog.stack``) with its home in
+3. Otherwise the project's own Docker-free stack (``segcat.local_stack``) with its home in
    ``<repo>/.segcat`` so the Kafka jars are fetched once and reused. ``stop`` shuts down only
    what this call started (a stack already running is left running); set
    ``SEGCAT_TEST_STACK_KEEP=1`` to keep even that running for the next test run.
@@ -28,9 +28,10 @@ from typing import Any, NoReturn
 
 import pytest
 
-from catalog import stack
-from catalog.config import Config
-from catalog.errors import SegcatError
+from segcat import local_stack as stack
+from segcat.catalog.config import Config
+from segcat.catalog.errors import SegcatError
+from segcat.local_stack.settings import StackSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCAL_STACK_HOME = REPO_ROOT / ".segcat"
@@ -127,7 +128,7 @@ def _start_containers() -> ResolvedServices:
     kafka: Any = (
         KafkaContainer(KAFKA_IMAGE)
         .with_kraft()
-        # Same broker behaviour as the local stack (catalog/stack/kafka.py).
+        # Same broker behaviour as the local stack (local_stack/kafka.py).
         .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
         .with_env("KAFKA_NUM_PARTITIONS", "1")
         .with_env("KAFKA_LOG_CLEANER_ENABLE", "true")
@@ -159,7 +160,7 @@ def _start_containers() -> ResolvedServices:
 
 
 def _start_local_stack(config: Config) -> ResolvedServices:
-    cfg = replace(config, stack=replace(config.stack, home=LOCAL_STACK_HOME))
+    cfg = replace(StackSettings.load(), home=LOCAL_STACK_HOME)
     info = stack.up(cfg)
     started = list(info.started)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_integration.session import local_session
+from segcat.spark_integration.session import local_session
 
 
 @pytest.fixture(scope="session")

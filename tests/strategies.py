@@ -1,7 +1,7 @@
 """Hypothesis strategies for segcat: realistic logs of one table, and arbitrary commits.
 
 ``scenarios()`` plays a small population of writers against one table and returns the
-records they would leave in its topic (DESIGN §2–§4): appends of fresh segments and of
+records they would leave in its topic (docs/PROTOCOL.md §1–§4): appends of fresh segments and of
 ids that are already live, compactions (including two racing over the same segments),
 REPLACE with SNAPSHOT or SERIALIZABLE isolation and a scope, DELETE with tombstones,
 concurrent schema changes, table property changes, re-sends of earlier commit ids,
@@ -28,8 +28,8 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from catalog import codec
-from catalog.model import (
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,
@@ -633,7 +633,7 @@ class _Planner:
         self.emit(offset, f"garbage:{how}", value, intended, key)
 
     def step_null(self) -> None:
-        """A pruning tombstone (DESIGN §7) for an earlier commit key, or for an unknown key."""
+        """A pruning tombstone (docs/PROTOCOL.md §2) for an earlier commit key, or for an unknown key."""
         offset = self.allocate_offset()
         reuse = bool(self.sent) and self.draw(st.booleans())
         key = self.draw(st.sampled_from(self.sent))[0].key if reuse else self.commit_id().encode()

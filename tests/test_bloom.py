@@ -11,11 +11,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from catalog import bloom, rules
-from catalog.expressions import col
-from catalog.model import BloomFilter, ColumnStats, ColumnType, Commit, Operation, Segment
-from catalog.snapshot import Snapshot
-from catalog.state import TableState
+from segcat.catalog.protocol import bloom, rules
+from segcat.catalog.protocol.expressions import col
+from segcat.catalog.protocol.model import BloomFilter, ColumnStats, ColumnType, Commit, Operation, Segment
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.snapshot import Snapshot
 
 UTC = dt.UTC
 T0 = dt.datetime(2024, 1, 1, tzinfo=UTC)

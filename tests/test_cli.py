@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.config import Config
+from segcat.catalog.config import Config
 
 pytestmark = pytest.mark.kafka
 
@@ -30,7 +30,7 @@ def segcat(
     config: Config, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from catalog.cli import main; main()", *args],
+        [sys.executable, "-c", "from segcat.cli import main; main()", *args],
         env=_env(config, env),
         input=stdin,
         capture_output=True,
@@ -219,8 +219,8 @@ def test_log_and_show_json_are_strict_json_with_non_finite_stats(config: Config,
 
 
 def test_describe_and_upgrade_a_protocol_1_table(config: Config, table_name: str) -> None:
-    from catalog.names import TableName
-    from catalog.topics import TopicAdmin
+    from segcat.catalog.log.topics import TopicAdmin
+    from segcat.catalog.protocol.names import TableName
 
     TopicAdmin(config).create(TableName.parse(table_name))  # a topic as segcat made them before protocols
     before = segcat(config, "table", "describe", table_name)
@@ -288,9 +288,9 @@ def test_the_examples_fail_with_one_line(
 
 @pytest.mark.spark
 def test_spark_read_and_write_on_a_missing_table_raise_table_not_found(config: Config) -> None:
-    import spark_integration as si
-    from catalog.errors import TableNotFound
-    from spark_integration.session import local_session
+    import segcat.spark_integration as si
+    from segcat.catalog.errors import TableNotFound
+    from segcat.spark_integration.session import local_session
 
     spark = local_session("segcat-tests", "local[2]")
     df = spark.createDataFrame([(1, "x")], "id long, s string")

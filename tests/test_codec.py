@@ -1,4 +1,4 @@
-"""The Avro single-object codec (DESIGN §2, docs/PROTOCOL.md §2).
+"""The Avro single-object codec (docs/PROTOCOL.md §2).
 
 The header is checked against an independent Parsing Canonical Form and CRC-64-AVRO,
 both written here from the Avro specification, so a codec that fingerprints the wrong
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from catalog import codec, rules
-from catalog.errors import DecodeError, UnknownSchema
-from catalog.model import (
+from segcat.catalog.errors import DecodeError, UnknownSchema
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,
@@ -35,7 +35,7 @@ from catalog.model import (
     StatValue,
     Tombstone,
 )
-from catalog.state import TableState
+from segcat.catalog.protocol.state import TableState
 from tests.strategies import SETTINGS, commits
 
 REPO = Path(__file__).resolve().parents[1]

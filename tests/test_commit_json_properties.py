@@ -18,10 +18,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import codec
-from catalog.errors import MalformedCommit, SegcatError
-from catalog.jsonio import commit_from_json, commit_to_json, dumps, parse_json
-from catalog.model import (
+from segcat.catalog.errors import MalformedCommit, SegcatError
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.jsonio import commit_from_json, commit_to_json, dumps, parse_json
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,

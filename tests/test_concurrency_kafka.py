@@ -1,4 +1,4 @@
-"""Several writer processes on one table of a real broker; a checker proves DESIGN §4 holds.
+"""Several writer processes on one table of a real broker; a checker proves docs/PROTOCOL.md §4 holds.
 
 Checked: every party (each writer, a fresh reader) computes the same state at every
 version; every ACCEPTED commit appears exactly once; every REJECTED one is justified by
@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from catalog.config import Config
-from catalog.model import Operation
-from catalog.replay import Applied
-from catalog.rules import Outcome
-from catalog.state import TableState
-from catalog.table import Table
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.replay import Applied
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.table import Table
 from tests import concurrency_worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -59,8 +59,8 @@ def test_concurrent_writers_agree_with_a_fresh_reader(config: Config, table: Tab
         live_at[record.verdict.offset] = state.live_ids()
         applied.append(record)
 
-    from catalog.logreader import LogReader
-    from catalog.replay import replay
+    from segcat.catalog.log.reader import LogReader
+    from segcat.catalog.protocol.replay import replay
 
     final = TableState(table.name.qualified)
     with LogReader(config, table.name) as reader:

@@ -8,19 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from catalog import redis_store
-from catalog.clients import admin_config, check_kafka_settings, consumer_config, producer_config
-from catalog.config import Config
-from catalog.errors import ConfigError, ServiceUnavailable
-from catalog.redis_store import RedisStore
+from segcat.catalog.config import Config
+from segcat.catalog.errors import ConfigError, ServiceUnavailable
+from segcat.catalog.log.clients import admin_config, check_kafka_settings, consumer_config, producer_config
+from segcat.catalog.storage import redis_store
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.local_stack.settings import StackSettings
 
 
 def load(tmp_path: Path, toml: str | None = None, **env: str) -> Config:
+    """Load the clients' config and the local stack's settings from the same sources."""
     path = None
     if toml is not None:
         path = tmp_path / "segcat.toml"
         path.write_text(toml)
-    return Config.load(env={"SEGCAT_HOME": str(tmp_path / "home"), **env}, path=path)
+    full_env = {"SEGCAT_HOME": str(tmp_path / "home"), **env}
+    StackSettings.load(env=full_env, path=path)
+    return Config.load(env=full_env, path=path)
 
 
 @pytest.mark.parametrize(
@@ -131,12 +135,12 @@ def test_wrong_redis_credentials_warn_once_without_the_password(
             "SEGCAT_REDIS_URL": config.redis_url,
             "SEGCAT_REDIS_USERNAME": "nobody-here",
             "SEGCAT_REDIS_PASSWORD": secret,
-            "SEGCAT_HOME": str(config.stack.home),
+            "SEGCAT_HOME": str(config.home),
         }
     )
     redis_store._credentials_warned.clear()
     store = RedisStore.from_config(bad)
-    with caplog.at_level(logging.INFO, logger="catalog.redis_store"):
+    with caplog.at_level(logging.INFO, logger="segcat.catalog.storage.redis_store"):
         for _ in range(3):
             with pytest.raises(ServiceUnavailable) as caught:
                 store.ping()

@@ -6,11 +6,12 @@ import random
 
 import pytest
 
-from catalog import keyframe, rules
-from catalog.frame_view import AcceptedCommit, FrameView
-from catalog.model import Commit, Operation, Tombstone
-from catalog.snapshot import Snapshot
-from catalog.state import TableState
+from segcat.catalog.protocol import rules
+from segcat.catalog.protocol.model import Commit, Operation, Tombstone
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import AcceptedCommit, FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.storage import keyframe
 from tests.factories import segment
 
 

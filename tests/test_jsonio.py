@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from catalog.errors import MalformedCommit
-from catalog.jsonio import (
+from segcat.catalog.errors import MalformedCommit
+from segcat.catalog.protocol.jsonio import (
     COMMIT_SCHEMA,
     commit_from_json,
     commit_to_json,
@@ -23,7 +23,7 @@ from catalog.jsonio import (
     segment_from_json,
     segment_to_json,
 )
-from catalog.model import (
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,

@@ -8,12 +8,21 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from catalog import codec, keyframe, rules
-from catalog.errors import CorruptKeyFrame
-from catalog.frame_view import FrameView
-from catalog.model import BloomFilter, ColumnStats, ColumnType, Commit, Operation, Protocol, Segment
-from catalog.snapshot import Snapshot
-from catalog.state import TableState
+from segcat.catalog.errors import CorruptKeyFrame
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import (
+    BloomFilter,
+    ColumnStats,
+    ColumnType,
+    Commit,
+    Operation,
+    Protocol,
+    Segment,
+)
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.storage import keyframe
 from tests.factories import segment
 
 
@@ -151,7 +160,7 @@ def test_a_format_1_key_frame_still_loads_as_a_protocol_1_table() -> None:
         ColumnStats("d", ColumnType.FLOAT, 0.5, 2.5, 1, nan_count=None),
     )
     assert state.segments["s2"].segment.bloom == BloomFilter("x", 3, b"\x01\x02\x03\x04\x05\x06\x07\x08")
-    assert state.paths == {"data/a/s1.parquet": "s1", "data/b/s2.parquet": "s2"}
+    assert state.paths == {"data/a/s1.parquet": ["s1"], "data/b/s2.parquet": ["s2"]}
     light = keyframe.light_state(frame)
     assert light.protocol == state.protocol and light.column_types == state.column_types
     # a reader's view from it applies new commits (in the current layout) next to old rows

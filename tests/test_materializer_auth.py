@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from catalog.config import Config
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.table import Catalog
-from catalog.table_files import TableFiles
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
 from tests.materializer_support import (
     PrivateRedis,
     head_offset,

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from catalog.config import Config
-from catalog.model import Operation
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.redis_store import RedisStore
-from catalog.table import Catalog
-from catalog.table_files import TableFiles
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

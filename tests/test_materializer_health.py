@@ -24,10 +24,10 @@ import pytest
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from catalog.errors import ConfigError, ServiceUnavailable
-from materializer import endpoints, metrics
-from materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay, redis_cause
-from materializer.service import check_instance_id, default_instance_id
+from segcat.catalog.errors import ConfigError, ServiceUnavailable
+from segcat.materializer import endpoints, metrics
+from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay, redis_cause
+from segcat.materializer.service import check_instance_id, default_instance_id
 
 
 class FakeClock:
@@ -116,7 +116,7 @@ def test_a_busy_metrics_port_stops_the_command_with_one_line_no_traceback(
         "SEGCAT_BOOTSTRAP_SERVERS": "127.0.0.1:9",  # never reached: the port check comes first
     }
     done = subprocess.run(
-        [sys.executable, "-m", "materializer", "--metrics-port", str(busy_port)],
+        [sys.executable, "-m", "segcat.materializer", "--metrics-port", str(busy_port)],
         env=env,
         capture_output=True,
         text=True,

@@ -21,19 +21,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from catalog import codec, rules
-from catalog.config import Config
-from catalog.model import ColumnStats, ColumnType, Commit, LogRecord, Operation, Protocol
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.redis_store import RedisStore
-from catalog.rules import Verdict
-from catalog.state import TableState
-from catalog.table import Catalog
-from catalog.table_files import TableFiles
-from catalog.topics import TopicAdmin
-from materializer import metrics, table_materializer
-from materializer.table_materializer import TableMaterializer
+from segcat.catalog.config import Config
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, LogRecord, Operation, Protocol
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.rules import Verdict
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.materializer import metrics, table_materializer
+from segcat.materializer.table_materializer import TableMaterializer
 from tests.factories import produce_raw, segment
 from tests.materializer_support import (
     PrivateRedis,
@@ -91,7 +91,7 @@ def test_a_table_at_an_unknown_protocol_is_parked_and_the_other_tables_go_on(
     catalog.create_table(bad)
     store = RedisStore.from_config(mconfig)
     port = free_port()
-    log_path = tmp_path / "materializer.log"
+    log_path = tmp_path / "segcat.materializer.log"
     with open(log_path, "wb") as sink:
         proc = spawn_materializer(
             mconfig, pattern, f"poison-{ns}", f"poison-{ns}", stderr=sink, metrics_port=port

@@ -12,14 +12,15 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from catalog import codec, keyframe, rules
-from catalog.config import Config
-from catalog.model import Commit, LogRecord, Operation
-from catalog.names import TableName
-from catalog.objectstore import TEMP_MARKER, ObjectStore
-from catalog.state import TableState
-from catalog.table_files import TableFiles
-from materializer.table_materializer import TEMP_GRACE_S, TableMaterializer
+from segcat.catalog.config import Config
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import Commit, LogRecord, Operation
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.materializer.table_materializer import TEMP_GRACE_S, TableMaterializer
 from tests.factories import segment
 
 NAME = TableName("ns", "t")

@@ -1,4 +1,4 @@
-"""Table identifiers and topic names (DESIGN §2): `[A-Za-z0-9_-]{1,100}`, nothing else."""
+"""Table identifiers and topic names (docs/PROTOCOL.md §1): `[A-Za-z0-9_-]{1,100}`, nothing else."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import InvalidTableName, SegcatError
-from catalog.names import TOPIC_PREFIX, TableName, check_identifier, table_name
+from segcat.catalog.errors import InvalidTableName, SegcatError
+from segcat.catalog.protocol.names import TOPIC_PREFIX, TableName, check_identifier, table_name
 from tests.strategies import SETTINGS
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}")

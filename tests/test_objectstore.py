@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from catalog.config import Config
-from catalog.objectstore import TEMP_MARKER, ObjectStore
+from segcat.catalog.config import Config
+from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 
 BUCKET = "segcat-test"
 

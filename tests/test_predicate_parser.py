@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import InvalidPredicate
-from catalog.expressions import And, Compare, IsIn, IsNull, Not, Or, Predicate, col
-from catalog.predicate_parser import parse_predicate, to_sql
+from segcat.catalog.errors import InvalidPredicate
+from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, Not, Or, Predicate, col
+from segcat.catalog.protocol.predicates import parse_predicate, to_sql
 
 UTC = dt.UTC
 

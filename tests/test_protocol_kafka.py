@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from catalog import codec, protocol
-from catalog.config import Config
-from catalog.errors import MalformedCommit, UnsupportedProtocol
-from catalog.logreader import LogReader
-from catalog.model import Commit, Operation, Protocol
-from catalog.names import TableName
-from catalog.rules import Outcome
-from catalog.state import LOCATION_PROPERTY
-from catalog.table import Catalog, Table
-from catalog.topics import TopicAdmin
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import MalformedCommit, UnsupportedProtocol
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec, versions
+from segcat.catalog.protocol.model import Commit, Operation, Protocol
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.state import LOCATION_PROPERTY
+from segcat.catalog.read.table import Catalog, Table
+from segcat.producers import TableWriter
 from tests.factories import produce_raw, segment
 
 pytestmark = pytest.mark.kafka
@@ -40,7 +40,7 @@ def test_a_new_table_records_its_protocol_and_absolute_location_first(
     (first,) = list(table.records())
     assert first.verdict.offset == 0 and first.verdict.outcome is Outcome.ACCEPTED
     assert first.commit is not None and first.commit.operation is Operation.UPGRADE_PROTOCOL
-    assert table.protocol() == Protocol(protocol.CURRENT_VERSION, ())
+    assert table.protocol() == Protocol(versions.CURRENT_VERSION, ())
     location = table.location()
     assert os.path.isabs(location) and location == first.commit.table_properties[LOCATION_PROPERTY]
     assert location.endswith(table_name.replace(".", "/"))
@@ -118,7 +118,7 @@ def test_an_old_log_keeps_protocol_1_until_upgraded(
     assert snap.properties == {"owner": "x"}  # protocol 1's verdict on this commit: ACCEPTED
     upgraded_at = table.upgrade_protocol()
     snap = table.snapshot()
-    assert snap.version == upgraded_at and snap.protocol.version == protocol.CURRENT_VERSION
+    assert snap.version == upgraded_at and snap.protocol.version == versions.CURRENT_VERSION
     assert snap.location == table.root
     assert table.upgrade_protocol() == upgraded_at  # nothing left to do
     (again,) = produce_raw(

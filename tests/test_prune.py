@@ -17,14 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import bloom, keyframe, rules
-from catalog.errors import InvalidPredicate
-from catalog.expressions import Predicate, col
-from catalog.frame_view import FrameView
-from catalog.model import ColumnStats, ColumnType, Commit, Operation, Segment
-from catalog.parquet_stats import segment_from_parquet
-from catalog.snapshot import Snapshot
-from catalog.state import TableState
+from segcat.catalog.errors import InvalidPredicate
+from segcat.catalog.protocol import bloom, rules
+from segcat.catalog.protocol.expressions import Predicate, col
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from tests.pruning_support import describe, kept, snapshots
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

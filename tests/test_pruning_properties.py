@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import InvalidPredicate
-from catalog.expressions import And, Compare, IsIn, IsNull, Not, Or, Predicate, col
+from segcat.catalog.errors import InvalidPredicate
+from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, Not, Or, Predicate, col
 from tests.pruning_support import describe, describe_footer, kept, snapshots
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from catalog.config import Config
-from catalog.errors import InvalidArgument, VersionNotFound
-from catalog.redis_store import RedisStore
-from catalog.table import Catalog
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidArgument, VersionNotFound
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.config import Config
+from segcat.catalog.config import Config
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -11,16 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from catalog.config import Config
-from catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
-from catalog.redis_store import (
-    Delta,
-    Head,
-    RedisStore,
-    VersionEvent,
-    chain_is_complete,
-)
-from catalog.rules import Outcome, Rule, Verdict
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
+from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
+from segcat.catalog.storage.redis_store import Delta, Head, RedisStore, VersionEvent, chain_is_complete
 
 pytestmark = pytest.mark.redis
 

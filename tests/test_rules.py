@@ -1,4 +1,4 @@
-"""Example-based tests of DESIGN §4, one rule at a time (plus the malformation checks).
+"""Example-based tests of docs/PROTOCOL.md §4, one rule at a time (plus the malformation checks).
 
 Every commit goes through the full record path (Avro encoding, ``apply_record``) at
 offsets with gaps, as a consumer of the table's topic would see it.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from catalog import codec, rules
-from catalog.model import (
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,
@@ -24,9 +24,9 @@ from catalog.model import (
     Segment,
     Tombstone,
 )
-from catalog.replay import replay
-from catalog.rules import Outcome, Rule, Verdict, apply, apply_record, judge, malformation
-from catalog.state import DEDUP_WINDOW, TableState
+from segcat.catalog.protocol.replay import replay
+from segcat.catalog.protocol.rules import Outcome, Rule, Verdict, apply, apply_record, judge, malformation
+from segcat.catalog.protocol.state import DEDUP_WINDOW, TableState
 
 TABLE = "ns.t"
 P1, P2 = "2024-01", "2024-02"

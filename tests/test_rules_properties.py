@@ -1,8 +1,8 @@
-"""Property-based tests of the deterministic rules (DESIGN §3–§4) over generated logs.
+"""Property-based tests of the deterministic rules (docs/PROTOCOL.md §3–§4) over generated logs.
 
 (a) replay is deterministic; (b) replay resumed from a copied state (a key frame) equals
 replay from scratch; (c) every verdict matches an independent, deliberately naive
-*reference model* of DESIGN §4 / docs/PROTOCOL.md §4 written below from the spec text
+*reference model* of docs/PROTOCOL.md §4 written below from the spec text
 (it never calls ``rules``); (d) invariants of the image: the live set, the sums, versions
 that never go back, non-accepted records that change nothing, conflicting versions that
 really conflict.
@@ -19,13 +19,21 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import codec
-from catalog.errors import DecodeError, InvalidPredicate
-from catalog.model import ColumnType, Commit, Isolation, LogRecord, Operation, Protocol, Segment
-from catalog.predicate_parser import parse_predicate
-from catalog.replay import Applied, replay
-from catalog.rules import Outcome, Rule, Verdict
-from catalog.state import DEDUP_WINDOW, TableState
+from segcat.catalog.errors import DecodeError, InvalidPredicate
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import (
+    ColumnType,
+    Commit,
+    Isolation,
+    LogRecord,
+    Operation,
+    Protocol,
+    Segment,
+)
+from segcat.catalog.protocol.predicates import parse_predicate
+from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
+from segcat.catalog.protocol.state import DEDUP_WINDOW, TableState
 from tests.strategies import SETTINGS, Scenario, scenarios
 
 LOCATION = "segcat.location"
@@ -356,7 +364,7 @@ class Reference:
             return True
         return commit.operation is Operation.SET_SCHEMA and commit.schema == self.schema()[0]
 
-    # -- DESIGN §4, in order
+    # -- docs/PROTOCOL.md §4, in order
     def judge(self, record: LogRecord, commit: Commit | None) -> Expected:
         if record.value is None:
             return Expected(Outcome.PRUNED)
@@ -395,11 +403,11 @@ class Reference:
                 return Expected(Outcome.REJECTED, Rule.DUPLICATE_SEGMENT, frozenset({added}))
         if version >= 2:  # step 11: 4b, 4c, 4d per added segment
             location = self.properties().get(LOCATION)
-            live_keys = {
-                path_key(seg.path, location): when
-                for sid, (seg, when) in live.items()
-                if sid not in commit.drops
-            }
+            live_keys: dict[str, int] = {}  # path key -> the oldest live holder's version
+            for sid, (seg, when) in live.items():
+                if sid not in commit.drops:
+                    key = path_key(seg.path, location)
+                    live_keys[key] = min(when, live_keys.get(key, when))
             fixed = self.column_types()
             for segment in commit.adds:
                 key = path_key(segment.path, location)

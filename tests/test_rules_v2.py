@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from catalog import codec, protocol, rules
-from catalog.errors import UnsupportedProtocol
-from catalog.model import (
+from segcat.catalog.errors import UnsupportedProtocol
+from segcat.catalog.protocol import codec, rules, versions
+from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
     ColumnType,
@@ -24,8 +24,8 @@ from catalog.model import (
     Protocol,
     Tombstone,
 )
-from catalog.rules import Outcome, Rule
-from catalog.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
+from segcat.catalog.protocol.rules import Outcome, Rule
+from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
 from tests.test_rules import TABLE, Log, append, commit, compact, seg
 
 ROOT = "s3://lake/warehouse/ns/t"
@@ -67,7 +67,7 @@ def test_a_log_without_an_upgrade_is_protocol_1() -> None:
     assert TableState(TABLE).protocol == Protocol(1, ())
     log = Log()
     log.accept(append(seg("a")))
-    assert log.state.protocol.version == protocol.LEGACY_VERSION
+    assert log.state.protocol.version == versions.LEGACY_VERSION
 
 
 def test_upgrade_to_2_needs_the_table_location() -> None:
@@ -129,7 +129,7 @@ def test_a_state_at_an_unknown_protocol_is_refused_by_judge() -> None:
 
 
 def test_features_can_only_be_added(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(protocol, "KNOWN_FEATURES", frozenset({"f1", "f2"}))
+    monkeypatch.setattr(versions, "KNOWN_FEATURES", frozenset({"f1", "f2"}))
     log = v2_log()
     log.accept(upgrade(location=None, features=("f1",), base=log.head))
     assert log.state.protocol == Protocol(2, ("f1",))
@@ -419,3 +419,16 @@ def test_a_deeply_nested_json_schema_is_invalid_not_a_crash() -> None:
     v1, v2 = both(append(seg("a", schema=deep)), commit(Operation.SET_SCHEMA, 0, schema=deep))
     assert v2[0].outcome is Outcome.INVALID and "too deeply" in v2[0].detail
     assert v1[1].outcome is v2[1].outcome is Outcome.INVALID
+
+
+def test_paths_a_protocol_1_past_left_twice_stay_indexed_after_an_upgrade() -> None:
+    """Regression (found by the property tests): the path index lost a file two live segments
+    named once one of them was dropped, so a copy of the image differed from the image."""
+    log = Log()
+    first = log.accept(append(seg("a", path="data/x.parquet")))
+    log.accept(append(seg("b", path="data/x.parquet"), base=log.head))  # protocol 1 allowed it
+    log.accept(compact(("b",), (), base=log.head))
+    assert log.state.copy() == log.state and log.state.paths == {"data/x.parquet": ["a"]}
+    log.accept(upgrade(location=ROOT, base=log.head))
+    verdict = log.send(append(seg("c", path="data/x.parquet"), base=log.head))
+    assert verdict.rule is Rule.DUPLICATE_PATH and verdict.conflicting_version == first

@@ -20,12 +20,12 @@ import pytest
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-import spark_integration as si
-from catalog.config import Config
-from catalog.expressions import Predicate, col
-from catalog.predicate_parser import to_sql
-from catalog.table import Table
-from producers import TableWriter
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.protocol.expressions import Predicate, col
+from segcat.catalog.protocol.predicates import to_sql
+from segcat.catalog.read.table import Table
+from segcat.producers import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]

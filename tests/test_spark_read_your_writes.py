@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-import spark_integration as si
-from catalog import codec
-from catalog.config import Config
-from catalog.errors import UnsafeLocation
-from catalog.model import Commit, Operation, Segment
-from catalog.names import TableName
-from catalog.redis_store import RedisStore
-from catalog.table import Catalog
-from catalog.topics import TopicAdmin
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.errors import UnsafeLocation
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import Commit, Operation, Segment
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.storage.redis_store import RedisStore
 from tests.factories import produce_raw
 from tests.materializer_support import PrivateRedis, materializer_config, namespace, running_materializer
 from tests.spark_support import spark

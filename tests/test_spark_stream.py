@@ -14,17 +14,17 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-import spark_integration as si
-from catalog import keyframe
-from catalog.config import Config
-from catalog.errors import CommitConflict
-from catalog.logreader import LogReader
-from catalog.model import LogRecord
-from catalog.objectstore import ObjectStore
-from catalog.table import Table
-from catalog.table_files import TableFiles
-from producers import TableWriter
-from spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.model import LogRecord
+from segcat.catalog.read.table import Table
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.producers import TableWriter
+from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from tests.factories import segment
 from tests.spark_support import spark
 

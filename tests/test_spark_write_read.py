@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-import spark_integration as si
-from catalog.config import Config
-from catalog.errors import CommitConflict
-from catalog.expressions import col
-from catalog.model import Isolation, Operation
-from catalog.rules import Rule
-from catalog.table import Table
-from producers import TableWriter
+import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict
+from segcat.catalog.protocol.expressions import col
+from segcat.catalog.protocol.model import Isolation, Operation
+from segcat.catalog.protocol.rules import Rule
+from segcat.catalog.read.table import Table
+from segcat.producers import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

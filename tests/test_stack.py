@@ -20,11 +20,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from catalog import stack
-from catalog.config import Config
-from catalog.errors import StackError
-from catalog.stack import process
-from catalog.stack.layout import Layout
+from segcat import local_stack as stack
+from segcat.local_stack import process
+from segcat.local_stack.errors import StackError
+from segcat.local_stack.layout import Layout
+from segcat.local_stack.settings import StackSettings
 from tests.services import ENV_KEEP, LOCAL_STACK_HOME
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -44,13 +44,12 @@ def _free_ports(count: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def main_config() -> Config:
-    config = Config.load()
-    return replace(config, stack=replace(config.stack, home=LOCAL_STACK_HOME))
+def main_config() -> StackSettings:
+    return replace(StackSettings.load(), home=LOCAL_STACK_HOME)
 
 
 @pytest.fixture(scope="module")
-def main_stack(main_config: Config) -> Iterator[stack.StackInfo]:
+def main_stack(main_config: StackSettings) -> Iterator[stack.StackInfo]:
     """The shared stack; stopped afterwards only if these tests were the ones to start it."""
     info = stack.up(main_config)
     yield info
@@ -60,12 +59,12 @@ def main_stack(main_config: Config) -> Iterator[stack.StackInfo]:
 
 @pytest.fixture
 def isolated_config(
-    tmp_path: Path, main_config: Config, main_stack: stack.StackInfo
-) -> Iterator[Config]:
+    tmp_path: Path, main_config: StackSettings, main_stack: stack.StackInfo
+) -> Iterator[StackSettings]:
     """A second stack: own home and free ports, but the jar cache of the shared one."""
     kafka_port, controller_port, redis_port = _free_ports(3)
     settings = replace(
-        main_config.stack,
+        main_config,
         home=tmp_path / "home",
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
@@ -74,10 +73,9 @@ def isolated_config(
     )
     layout = Layout.of(settings)
     layout.home.mkdir(parents=True)
-    layout.kafka_dist.symlink_to(Layout.of(main_config.stack).kafka_dist, target_is_directory=True)
-    config = replace(main_config, stack=settings)
-    yield config
-    stack.down(config, timeout_s=10.0)  # in case a test failed half-way
+    layout.kafka_dist.symlink_to(Layout.of(main_config).kafka_dist, target_is_directory=True)
+    yield settings
+    stack.down(settings, timeout_s=10.0)  # in case a test failed half-way
 
 
 def test_up_returns_addresses_that_answer(main_stack: stack.StackInfo) -> None:
@@ -131,7 +129,7 @@ def test_broker_refuses_topic_auto_creation(main_stack: stack.StackInfo) -> None
 
 
 def test_up_twice_reuses_the_same_processes(
-    main_config: Config, main_stack: stack.StackInfo
+    main_config: StackSettings, main_stack: stack.StackInfo
 ) -> None:
     again = stack.up(main_config)
     assert again.started == []
@@ -139,7 +137,7 @@ def test_up_twice_reuses_the_same_processes(
     assert again.bootstrap_servers == main_stack.bootstrap_servers
 
 
-def test_status_reports_running(main_config: Config, main_stack: stack.StackInfo) -> None:
+def test_status_reports_running(main_config: StackSettings, main_stack: stack.StackInfo) -> None:
     st = stack.status(main_config)
     assert st.running
     assert (st.kafka.pid, st.redis.pid) == (main_stack.kafka_pid, main_stack.redis_pid)
@@ -148,7 +146,7 @@ def test_status_reports_running(main_config: Config, main_stack: stack.StackInfo
     assert st.kafka.log_path.is_file() and st.redis.log_path.is_file()
 
 
-def test_down_stops_only_our_processes(isolated_config: Config, main_stack: stack.StackInfo) -> None:
+def test_down_stops_only_our_processes(isolated_config: StackSettings, main_stack: stack.StackInfo) -> None:
     info = stack.up(isolated_config)
     assert info.started == ["redis", "kafka"]
     assert info.kafka_pid not in (None, main_stack.kafka_pid)
@@ -170,27 +168,27 @@ def test_down_stops_only_our_processes(isolated_config: Config, main_stack: stac
     [("kafka_port", "SEGCAT_STACK_KAFKA_PORT"), ("redis_port", "SEGCAT_STACK_REDIS_PORT")],
 )
 def test_port_taken_by_a_foreign_listener_is_an_error(
-    isolated_config: Config, field: str, env_var: str
+    isolated_config: StackSettings, field: str, env_var: str
 ) -> None:
     with socket.socket() as foreign:
         foreign.bind(("127.0.0.1", 0))
         foreign.listen()
         port = foreign.getsockname()[1]
-        config = replace(isolated_config, stack=replace(isolated_config.stack, **{field: port}))
+        config = replace(isolated_config, **{field: port})
         with pytest.raises(StackError, match=rf"port {port}.*{env_var}"):
             stack.up(config)
     st = stack.status(config)
     assert not st.kafka.running and not st.redis.running  # nothing was started
 
 
-def test_a_recycled_pid_is_never_treated_as_ours(isolated_config: Config) -> None:
-    layout = Layout.of(isolated_config.stack)
+def test_a_recycled_pid_is_never_treated_as_ours(isolated_config: StackSettings) -> None:
+    layout = Layout.of(isolated_config)
     layout.make_dirs()
     # Our own pid in the pid file: alive, but its command line is not a Kafka broker.
     record = process.PidRecord(
         pid=os.getpid(),
         marker=f"kafka.Kafka {layout.conf / 'server.properties'}",
-        address=f"127.0.0.1:{isolated_config.stack.kafka_port}",
+        address=f"127.0.0.1:{isolated_config.kafka_port}",
         start_ticks=process.start_ticks(os.getpid()),
     )
     process.write_pid_file(layout.pid_file("kafka"), record)
@@ -200,8 +198,8 @@ def test_a_recycled_pid_is_never_treated_as_ours(isolated_config: Config) -> Non
     assert not layout.pid_file("kafka").exists()
 
 
-def test_start_timeout_reports_the_log_and_cleans_up(isolated_config: Config) -> None:
-    config = replace(isolated_config, stack=replace(isolated_config.stack, start_timeout_s=0.0))
+def test_start_timeout_reports_the_log_and_cleans_up(isolated_config: StackSettings) -> None:
+    config = replace(isolated_config, start_timeout_s=0.0)
     with pytest.raises(StackError, match=r"did not answer .* last lines of .*\.log"):
         stack.up(config)
     st = stack.status(config)

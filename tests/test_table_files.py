@@ -1,7 +1,7 @@
 """TableFiles: key frames, ``_latest`` and commit archives, on a directory and on an S3 API (moto).
 
 The states are real: a small log (with a rejected commit, so versions are not dense) is
-folded through ``catalog.rules``, and every version is rebuilt from key frames + archives
+folded through ``segcat.catalog.protocol.rules``, and every version is rebuilt from key frames + archives
 alone and compared with the replay from offset 0.
 """
 
@@ -17,14 +17,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from catalog import codec, keyframe, rules
-from catalog.archive import ArchivedCommit, decode_archive, encode_archive
-from catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame
-from catalog.model import Commit, Operation, Tombstone
-from catalog.names import TableName
-from catalog.objectstore import ObjectStore
-from catalog.state import TableState
-from catalog.table_files import TableFiles
+from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame
+from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.model import Commit, Operation, Tombstone
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.archive import ArchivedCommit, decode_archive, encode_archive
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
 from tests.factories import segment
 from tests.test_objectstore import moto_s3, open_store
 
@@ -131,7 +132,7 @@ def _skips(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int | None]]:
     return [
         (r.event, r.version)  # type: ignore[attr-defined]
         for r in caplog.records
-        if r.name == "catalog.table_files" and hasattr(r, "event")
+        if r.name == "segcat.catalog.storage.table_files" and hasattr(r, "event")
     ]
 
 
@@ -186,7 +187,7 @@ def test_a_damaged_newest_key_frame_falls_back_to_the_older_one(
     for version in KEYFRAMES:
         _write_keyframe(files, version)
     _damage(files, files.keyframe_path(11), how)
-    with caplog.at_level(logging.WARNING, logger="catalog.table_files"):
+    with caplog.at_level(logging.WARNING, logger="segcat.catalog.storage.table_files"):
         frame = files.newest_valid_keyframe()
     assert frame is not None and frame.version == 7
     assert frame.state() == HISTORY.states[7]
@@ -225,7 +226,7 @@ def test_a_damaged_or_lying_latest_pointer_is_not_trusted(
     for version in KEYFRAMES:
         _write_keyframe(files, version)
     files.store.put(files.latest_path, b'{"version": 11, "path": "ns/t/_catalog/keyf')  # torn JSON
-    with caplog.at_level(logging.WARNING, logger="catalog.table_files"):
+    with caplog.at_level(logging.WARNING, logger="segcat.catalog.storage.table_files"):
         assert files.latest() is None
         frame = files.newest_valid_keyframe()
     assert frame is not None and frame.version == 11
@@ -403,7 +404,7 @@ def test_an_archive_under_the_wrong_name_or_table_is_refused(files: TableFiles) 
 
 
 def test_every_version_is_rebuilt_from_key_frames_and_archives_alone(files: TableFiles) -> None:
-    """DESIGN §5: key frames + commit archives rebuild every version, with no Kafka at all."""
+    """docs/PROTOCOL.md §6: key frames + commit archives rebuild every version, with no Kafka at all."""
     for version in KEYFRAMES:
         _write_keyframe(files, version)
     _write_archives(files)

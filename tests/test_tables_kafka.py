@@ -1,4 +1,4 @@
-"""Tables on a real broker: creation with DESIGN §2's config, refusal of bad names and topics."""
+"""Tables on a real broker: creation with docs/PROTOCOL.md §1's config, refusal of bad names and topics."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from catalog.config import Config
-from catalog.errors import InvalidTableName, MisconfiguredTable, TableAlreadyExists, TableNotFound
-from catalog.logreader import LogReader
-from catalog.names import TableName
-from catalog.table import Catalog
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidTableName, MisconfiguredTable, TableAlreadyExists, TableNotFound
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.table import Catalog
+from segcat.producers import TableWriter
 
 pytestmark = pytest.mark.kafka
 

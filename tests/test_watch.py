@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from catalog.config import Config
-from catalog.redis_store import RedisStore
-from catalog.table import Catalog, Table
-from catalog.watch import VersionChange
+from segcat.catalog.config import Config
+from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.watch import VersionChange
+from segcat.catalog.storage.redis_store import RedisStore
 from tests.materializer_support import (
     PrivateRedis,
     head_offset,

@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from catalog.config import Config
-from catalog.errors import CommitConflict, InvalidCommit, SegcatError
-from catalog.expressions import col
-from catalog.logreader import LogReader
-from catalog.model import BloomFilter, ColumnStats, ColumnType, Operation, Segment
-from catalog.rules import Outcome
-from catalog.table import Catalog, Table
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict, InvalidCommit, SegcatError
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.expressions import col
+from segcat.catalog.protocol.model import BloomFilter, ColumnStats, ColumnType, Operation, Segment
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.read.table import Catalog, Table
+from segcat.producers import TableWriter
 from tests.factories import segment
 
 pytestmark = pytest.mark.kafka

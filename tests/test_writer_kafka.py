@@ -8,16 +8,17 @@ import time
 
 import pytest
 
-from catalog import codec, keyframe
-from catalog.config import Config
-from catalog.errors import CommitConflict, CommitTooLarge, InvalidCommit, MalformedCommit
-from catalog.logreader import LogReader
-from catalog.model import Commit, Isolation, Operation
-from catalog.objectstore import ObjectStore
-from catalog.rules import Outcome, Rule
-from catalog.table import Catalog, Table
-from catalog.table_files import TableFiles
-from producers import TableWriter
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict, CommitTooLarge, InvalidCommit, MalformedCommit
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import Commit, Isolation, Operation
+from segcat.catalog.protocol.rules import Outcome, Rule
+from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.table_files import TableFiles
+from segcat.producers import TableWriter
 from tests.factories import produce_raw, segment
 
 pytestmark = pytest.mark.kafka

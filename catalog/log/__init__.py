@@ -1,0 +1,1 @@
+"""The log: Kafka clients, table topics, reading records and following a table's log."""

@@ -1,0 +1,205 @@
+"""A table's topic: create it with docs/PROTOCOL.md §1's configuration, refuse misconfigured ones."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import (
+    ConfigError,
+    InvalidArgument,
+    InvalidTableName,
+    MisconfiguredTable,
+    ServiceUnavailable,
+    TableAlreadyExists,
+    TableNotFound,
+)
+from segcat.catalog.log.clients import admin_config
+from segcat.catalog.protocol.names import TOPIC_PREFIX, TableName
+
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MIN_MAX_MESSAGE_BYTES = 64 * 1024
+"""Below this even a modest commit (a few hundred segments with stats) cannot be written."""
+MAX_MAX_MESSAGE_BYTES = 2**31 - 1
+"""Kafka's own limit (an int32)."""
+DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: TableName
+    partitions: int
+    max_message_bytes: int
+    config: dict[str, str]
+
+
+def topic_settings(config: Config, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "message.timestamp.type": "LogAppendTime",
+        "min.compaction.lag.ms": str(DEFAULT_MIN_COMPACTION_LAG_MS),
+        "max.message.bytes": str(max_message_bytes),
+        "compression.type": "zstd",
+        "min.insync.replicas": str(config.min_insync_replicas),
+    }
+
+
+class TopicAdmin:
+    """Creates, checks and lists table topics; the only place that talks to the admin API."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        try:
+            self._admin = AdminClient(admin_config(config))
+        except KafkaException as exc:  # settings librdkafka refuses only when it builds the client
+            raise ConfigError(f"cannot build a Kafka client from the configuration: {exc}") from exc
+        self._timeout = config.request_timeout_s
+
+    def create(self, name: TableName, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> TopicInfo:
+        check_max_message_bytes(max_message_bytes)
+        topic = NewTopic(
+            name.topic,
+            num_partitions=1,
+            replication_factor=self._config.replication_factor,
+            config=topic_settings(self._config, max_message_bytes),
+        )
+        future = self._admin.create_topics([topic], request_timeout=self._timeout)[name.topic]
+        try:
+            future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TableAlreadyExists(f"table {name} already exists") from exc
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
+                raise InvalidTableName(
+                    f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
+                    "a table whose name differs only in those collides with an existing one)"
+                ) from exc
+            raise ServiceUnavailable(
+                f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+        # creation is acknowledged before every broker's metadata shows the topic: wait for it
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self.describe(name)
+            except TableNotFound:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def describe(self, name: TableName) -> TopicInfo:
+        """The topic's layout; raises if it breaks docs/PROTOCOL.md §1 (partitions, compaction, time type)."""
+        metadata = self._list(name.topic)
+        topic_md = metadata.topics.get(name.topic)
+        if topic_md is None or (
+            topic_md.error is not None and topic_md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
+        if topic_md.error is not None:
+            raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
+        partitions = len(topic_md.partitions)
+        resource = ConfigResource(ResourceType.TOPIC, name.topic)
+        try:
+            futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
+            entries = futures[resource].result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"cannot read the config of {name.topic}: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+        settings = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+        if partitions != 1:
+            raise MisconfiguredTable(
+                f"topic {name.topic} has {partitions} partitions; a segcat table needs exactly 1 "
+                "(the partition order is the table's timeline)"
+            )
+        if settings.get("cleanup.policy") != "compact":
+            raise MisconfiguredTable(
+                f"topic {name.topic} has cleanup.policy={settings.get('cleanup.policy')!r}; segcat needs "
+                "'compact' (time-based deletion would lose history)"
+            )
+        if settings.get("message.timestamp.type") != "LogAppendTime":
+            raise MisconfiguredTable(
+                f"topic {name.topic} has message.timestamp.type={settings.get('message.timestamp.type')!r}; "
+                "segcat needs 'LogAppendTime' (broker time = commit time)"
+            )
+        return TopicInfo(name, partitions, int(settings.get("max.message.bytes", 1_048_588)), settings)
+
+    def list_tables(self) -> list[TableName]:
+        metadata = self._list(None)
+        names = []
+        for topic in metadata.topics:
+            if topic.startswith(TOPIC_PREFIX):
+                try:
+                    names.append(TableName.from_topic(topic))
+                except ValueError:
+                    continue
+        return sorted(names)
+
+    def delete(self, name: TableName) -> None:
+        future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]
+        try:
+            future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
+
+    def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
+        try:
+            return self._admin.list_topics(topic=topic, timeout=self._timeout)
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"Kafka at {self._config.bootstrap_servers} did not answer within "
+                f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+
+
+def check_max_message_bytes(value: int) -> int:
+    """A topic's ``max.message.bytes`` must hold real commits and fit Kafka's int32."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"max_message_bytes must be an integer, not {type(value).__name__}")
+    if not MIN_MAX_MESSAGE_BYTES <= value <= MAX_MAX_MESSAGE_BYTES:
+        raise InvalidArgument(
+            f"max_message_bytes {value} is outside [{MIN_MAX_MESSAGE_BYTES}, {MAX_MAX_MESSAGE_BYTES}]: below "
+            f"64 KiB most commits would not fit (the default is {DEFAULT_MAX_MESSAGE_BYTES})"
+        )
+    return value
+
+
+def unreachable_hint(config: Config) -> str:
+    """What to check when Kafka does not answer, without guessing wrong.
+
+    Only when the address is on this machine and nothing listens there does starting the
+    local stack help; a broker that accepts connections but not our handshake (SASL against a
+    plaintext listener, TLS mismatch) needs its security settings checked instead.
+    """
+    host = config.bootstrap_servers.rpartition(":")[0]
+    if host in ("127.0.0.1", "localhost") and _refused(config.bootstrap_servers):
+        return (
+            "nothing listens there: start a broker there (`segcat stack up` starts the local one; "
+            "SEGCAT_STACK_KAFKA_PORT moves it) or point SEGCAT_BOOTSTRAP_SERVERS at your cluster"
+        )
+    protocol = config.kafka.get("security.protocol", "PLAINTEXT (the default)")
+    return (
+        f"check that the broker runs and that SEGCAT_BOOTSTRAP_SERVERS is right, and that security.protocol "
+        f"({protocol}) and the sasl.* / ssl.* settings (SEGCAT_KAFKA_*) match the broker's listener"
+    )
+
+
+def _refused(address: str) -> bool:
+    """Whether connecting to ``host:port`` is actively refused (nothing listens)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,275 @@
+"""Avro single-object encoding of commits (magic ``C3 01`` + 8-byte fingerprint + body).
+
+The reader keeps every schema version it knows (``schemas/`` and ``schemas/history/``)
+and resolves a record written with an older one to the current reader schema, so logs
+written by older segcat versions stay readable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from segcat.catalog.errors import DecodeError, UnknownSchema
+from segcat.catalog.protocol.model import (
+    BloomFilter,
+    ColumnStats,
+    ColumnType,
+    Commit,
+    Isolation,
+    Operation,
+    Protocol,
+    Segment,
+    StatValue,
+    Tombstone,
+)
+
+MAGIC = b"\xc3\x01"
+HEADER_SIZE = len(MAGIC) + 8
+SCHEMA_DIR = Path(__file__).with_name("_schemas")
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class _Schema:
+    fingerprint: bytes
+    parsed: Any
+    source: str
+
+
+def _inline(node: Any, named: dict[str, Any]) -> Any:
+    """Replace the first reference to each named type with its definition."""
+    if isinstance(node, str) and node in named:
+        return named.pop(node)
+    if isinstance(node, list):
+        return [_inline(item, named) for item in node]
+    if isinstance(node, dict):
+        return {key: _inline(value, named) for key, value in node.items()}
+    return node
+
+
+def _load(path: Path, named: dict[str, Any]) -> _Schema:
+    raw = _inline(json.loads(path.read_text()), dict(named))
+    parsed = fastavro.parse_schema(raw)
+    fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
+    return _Schema(fp, parsed, path.name)
+
+
+@cache
+def _schemas() -> tuple[_Schema, dict[bytes, _Schema]]:
+    segment = json.loads((SCHEMA_DIR / "segcat.Segment.avsc").read_text())
+    current = _load(SCHEMA_DIR / "segcat.Commit.avsc", {"segcat.Segment": segment})
+    known = {current.fingerprint: current}
+    for path in sorted((SCHEMA_DIR / "history").glob("segcat.Commit.v*.avsc")):
+        old = _load(path, {})
+        known[old.fingerprint] = old
+    return current, known
+
+
+def current_fingerprint() -> bytes:
+    return _schemas()[0].fingerprint
+
+
+def known_fingerprints() -> dict[bytes, str]:
+    return {fp: schema.source for fp, schema in _schemas()[1].items()}
+
+
+def segment_schema(layout: bytes | None = None) -> Any:
+    """The parsed Avro schema of one segment in the commit layout ``layout`` (a fingerprint;
+    default: the current layout). Key frames record the layout their segments were written in."""
+    current, known = _schemas()
+    chosen = current if layout is None else known.get(layout)
+    if chosen is None:
+        raise UnknownSchema(f"unknown commit layout {layout.hex() if layout else layout}; upgrade segcat")
+    adds = next(f for f in chosen.parsed["fields"] if f["name"] == "adds")
+    return adds["type"]["items"]
+
+
+# ---------------------------------------------------------------------------- encode
+
+
+def encode_commit(commit: Commit) -> bytes:
+    """The record value for ``commit``, written with the current schema."""
+    current, _ = _schemas()
+    out = io.BytesIO()
+    out.write(MAGIC)
+    out.write(current.fingerprint)
+    fastavro.schemaless_writer(out, current.parsed, commit_to_avro(commit))
+    return out.getvalue()
+
+
+def encode_with_schema(record: dict[str, Any], schema_path: Path) -> bytes:
+    """Encode a raw Avro dict with an explicit (e.g. historical) schema file; for tests/tools."""
+    schema = _load(schema_path, {})
+    out = io.BytesIO()
+    out.write(MAGIC)
+    out.write(schema.fingerprint)
+    fastavro.schemaless_writer(out, schema.parsed, record)
+    return out.getvalue()
+
+
+def commit_to_avro(commit: Commit) -> dict[str, Any]:
+    return {
+        "commit_id": commit.commit_id,
+        "table": commit.table,
+        "operation": commit.operation.value,
+        "base_version": commit.base_version,
+        "writer_id": commit.writer_id,
+        "timestamp_ms": commit.timestamp_ms,
+        "adds": [segment_to_avro(s) for s in commit.adds],
+        "drops": list(commit.drops),
+        "tombstones": [{"predicate": t.predicate} for t in commit.tombstones],
+        "replace_scope": list(commit.replace_scope),
+        "isolation": commit.isolation.value,
+        "properties": dict(commit.properties),
+        "table_properties": dict(commit.table_properties),
+        "schema": commit.schema,
+        "protocol": None
+        if commit.protocol is None
+        else {"version": commit.protocol.version, "features": list(commit.protocol.features)},
+    }
+
+
+def segment_to_avro(segment: Segment) -> dict[str, Any]:
+    return {
+        "segment_id": segment.segment_id,
+        "path": segment.path,
+        "partition": segment.partition,
+        "format": segment.format,
+        "size_bytes": segment.size_bytes,
+        "row_count": segment.row_count,
+        "stats": [
+            {
+                "column": s.column,
+                "type": s.type.value,
+                "min": stat_to_avro(s.type, s.min),
+                "max": stat_to_avro(s.type, s.max),
+                "null_count": s.null_count,
+                "nan_count": s.nan_count,
+            }
+            for s in segment.stats
+        ],
+        "bloom": None
+        if segment.bloom is None
+        else {
+            "column": segment.bloom.column,
+            "num_hashes": segment.bloom.num_hashes,
+            "bits": segment.bloom.bits,
+        },
+        "schema": segment.schema,
+    }
+
+
+def stat_to_avro(kind: ColumnType, value: StatValue) -> StatValue:
+    """Map a typed stat to the Avro union member that holds it losslessly."""
+    if value is None:
+        return None
+    if kind is ColumnType.DATE and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return (value - _EPOCH_DATE).days
+    if kind is ColumnType.TIMESTAMP and isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+        delta = aware - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if kind is ColumnType.FLOAT and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is ColumnType.INT and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ValueError(f"INT stat {value} does not fit in a signed 64-bit long")
+    return value
+
+
+# ---------------------------------------------------------------------------- decode
+
+
+def decode_commit(value: bytes) -> Commit:
+    """Decode a record value; raises ``DecodeError`` / ``UnknownSchema`` on anything else."""
+    if len(value) < HEADER_SIZE or value[:2] != MAGIC:
+        raise DecodeError("not an Avro single-object encoded record (bad magic)")
+    current, known = _schemas()
+    writer = known.get(bytes(value[2:HEADER_SIZE]))
+    if writer is None:
+        raise UnknownSchema(
+            f"unknown schema fingerprint {bytes(value[2:HEADER_SIZE]).hex()}; "
+            "the record was written by a newer segcat, upgrade to read it"
+        )
+    body = io.BytesIO(value[HEADER_SIZE:])
+    try:
+        raw = fastavro.schemaless_reader(body, writer.parsed, current.parsed)
+        if not isinstance(raw, dict):
+            raise DecodeError("the Avro body is not a record")
+        if body.tell() != len(value) - HEADER_SIZE:
+            raise DecodeError("trailing bytes after the Avro body")
+        return commit_from_avro(raw)
+    except DecodeError:
+        raise
+    except Exception as exc:  # fastavro raises many kinds on garbage bodies
+        raise DecodeError(f"undecodable commit body: {type(exc).__name__}: {exc}") from exc
+
+
+def commit_from_avro(raw: dict[str, Any]) -> Commit:
+    ts = raw["timestamp_ms"]
+    if isinstance(ts, dt.datetime):  # layout v1 declared timestamp-millis; fastavro hands a datetime
+        aware = ts if ts.tzinfo else ts.replace(tzinfo=dt.UTC)
+        ts = (aware - _EPOCH) // dt.timedelta(milliseconds=1)
+    return Commit(
+        commit_id=raw["commit_id"],
+        table=raw["table"],
+        operation=Operation(raw["operation"]),
+        base_version=raw["base_version"],
+        writer_id=raw["writer_id"],
+        timestamp_ms=ts,
+        adds=tuple(segment_from_avro(s) for s in raw["adds"]),
+        drops=tuple(raw["drops"]),
+        tombstones=tuple(Tombstone(t["predicate"]) for t in raw["tombstones"]),
+        replace_scope=tuple(raw["replace_scope"]),
+        isolation=Isolation(raw["isolation"]),
+        properties=raw["properties"],
+        table_properties=raw["table_properties"],
+        schema=raw["schema"],
+        protocol=None
+        if raw.get("protocol") is None
+        else Protocol(raw["protocol"]["version"], tuple(raw["protocol"]["features"])),
+    )
+
+
+def segment_from_avro(raw: dict[str, Any]) -> Segment:
+    bloom = raw["bloom"]
+    return Segment(
+        segment_id=raw["segment_id"],
+        path=raw["path"],
+        partition=raw["partition"],
+        format=raw["format"],
+        size_bytes=raw["size_bytes"],
+        row_count=raw["row_count"],
+        stats=tuple(
+            ColumnStats(
+                column=s["column"],
+                type=ColumnType(s["type"]),
+                min=stat_from_avro(ColumnType(s["type"]), s["min"]),
+                max=stat_from_avro(ColumnType(s["type"]), s["max"]),
+                null_count=s["null_count"],
+                nan_count=s.get("nan_count"),
+            )
+            for s in raw["stats"]
+        ),
+        bloom=None if bloom is None else BloomFilter(bloom["column"], bloom["num_hashes"], bloom["bits"]),
+        schema=raw["schema"],
+    )
+
+
+def stat_from_avro(kind: ColumnType, value: StatValue) -> StatValue:
+    if value is None or isinstance(value, bool):
+        return value
+    if kind is ColumnType.DATE and isinstance(value, int):
+        return _EPOCH_DATE + dt.timedelta(days=value)
+    if kind is ColumnType.TIMESTAMP and isinstance(value, int):
+        return _EPOCH + dt.timedelta(microseconds=value)
+    return value

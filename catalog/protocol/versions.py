@@ -1,0 +1,57 @@
+"""Protocol versions and features: which rules a table's log is judged by (docs/PROTOCOL.md §3a).
+
+A log starts at protocol 1 (the rules segcat had before versioning, rule 3b included) and
+moves forward only through an accepted ``UPGRADE_PROTOCOL`` commit. Every party judges each
+record by the protocol in force before it; one that meets a version or feature it does not
+know stops there with ``UnsupportedProtocol`` instead of judging on with rules the writers did
+not mean (Delta's reader/writer versions and table features work the same way).
+"""
+
+from __future__ import annotations
+
+from segcat.catalog.errors import UnsupportedProtocol
+from segcat.catalog.protocol.model import Protocol
+
+LEGACY_VERSION = 1
+"""Logs with no UPGRADE_PROTOCOL record: today's rules as they were before versioning."""
+
+CURRENT_VERSION = 2
+"""The newest protocol this code judges; new tables are created with it."""
+
+KNOWN_FEATURES: frozenset[str] = frozenset()
+"""Named features this code understands (none yet: the lifecycle work adds the first)."""
+
+MAX_FEATURES = 64
+
+
+def new_table_protocol() -> Protocol:
+    return Protocol(CURRENT_VERSION, ())
+
+
+def normalized(protocol: Protocol) -> Protocol:
+    """The same protocol with its features sorted, as every image stores it."""
+    return Protocol(protocol.version, tuple(sorted(protocol.features)))
+
+
+def unsupported(protocol: Protocol) -> str | None:
+    """Why this code cannot judge a log at ``protocol``, or None when it can."""
+    if protocol.version > CURRENT_VERSION:
+        return (
+            f"protocol version {protocol.version} is newer than this segcat knows "
+            f"(up to {CURRENT_VERSION}); upgrade segcat to read or write this table"
+        )
+    unknown = sorted(set(protocol.features) - KNOWN_FEATURES)
+    if unknown:
+        return (
+            f"the table uses protocol feature(s) {', '.join(repr(f) for f in unknown[:5])} "
+            "that this segcat does not know; upgrade segcat to read or write this table"
+        )
+    return None
+
+
+def check_supported(protocol: Protocol, table: str, offset: int | None = None) -> None:
+    """Raise ``UnsupportedProtocol`` when this code cannot judge a log at ``protocol``."""
+    problem = unsupported(protocol)
+    if problem is not None:
+        at = "" if offset is None else f" from offset {offset}"
+        raise UnsupportedProtocol(f"table {table}{at}: {problem}")

@@ -1,0 +1,1 @@
+"""Reading: tables, snapshots at any version, the lookup chain, watching versions."""

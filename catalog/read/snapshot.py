@@ -1,0 +1,242 @@
+"""A table at one version: the live segments and everything else a reader needs.
+
+Backed either by a ``TableState`` (a replay) or by a ``FrameView`` (a key frame plus
+deltas, all Arrow); readers see the same API and the same answers from both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from segcat.catalog.errors import UnsafeLocation
+from segcat.catalog.protocol import locations
+from segcat.catalog.protocol.expressions import Predicate, bloom_excludes
+from segcat.catalog.protocol.model import BloomFilter, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.segments_arrow import segments_table
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """What a coordinator must load and unload to move from one version to another."""
+
+    from_version: int
+    to_version: int
+    added: tuple[Segment, ...]
+    removed: tuple[Segment, ...]
+
+
+class Snapshot:
+    """Immutable view of a table as of ``version`` (the last accepted version ≤ the ask)."""
+
+    def __init__(
+        self,
+        source: TableState | FrameView,
+        table_root: str,
+        *,
+        origin: str = "kafka",
+        note: str | None = None,
+        behind: int | None = 0,
+    ) -> None:
+        self._state = source if isinstance(source, TableState) else None
+        self._frame = source if isinstance(source, FrameView) else None
+        self._fallback_root = table_root.rstrip("/")
+        self._root = (self.location or table_root).rstrip("/")
+        self.origin = origin
+        """Where the answer came from: "redis", "object-store" or "kafka" (replay), or a source
+        followed by "+kafka" when the log past the materialized head was judged here."""
+        self.note = note
+        """Something the caller should know about how the ask was resolved (e.g. an as_of in the future)."""
+        self.behind = behind
+        """How many log records this snapshot trails the log's end by (0 unless asked for a stale
+        read; None: unknown, Kafka did not answer)."""
+
+    # ------------------------------------------------------------------ scalars
+
+    @property
+    def table(self) -> str:
+        return self._state.table if self._state is not None else self._view.table
+
+    @property
+    def version(self) -> int:
+        return self._state.last_accepted_version if self._state is not None else self._view.version
+
+    @property
+    def timestamp_ms(self) -> int:
+        return self._state.last_accepted_timestamp_ms if self._state is not None else self._view.timestamp_ms
+
+    @property
+    def schema(self) -> str | None:
+        return self._state.schema if self._state is not None else self._view.schema
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._state.properties if self._state is not None else self._view.properties)
+
+    @property
+    def tombstones(self) -> tuple[Tombstone, ...]:
+        return tuple(self._state.tombstones) if self._state is not None else self._view.tombstones
+
+    @property
+    def live_count(self) -> int:
+        return self._state.live_count if self._state is not None else self._view.live_count
+
+    @property
+    def live_rows(self) -> int:
+        return self._state.live_rows if self._state is not None else self._view.live_rows
+
+    @property
+    def live_bytes(self) -> int:
+        return self._state.live_bytes if self._state is not None else self._view.live_bytes
+
+    @property
+    def offset(self) -> int:
+        """The last log offset this snapshot covers (≥ ``version``; records after ``version`` up to
+        here were not accepted)."""
+        return self._state.version if self._state is not None else self._view.offset
+
+    @property
+    def protocol(self) -> Protocol:
+        return self._state.protocol if self._state is not None else self._view.protocol
+
+    @property
+    def location(self) -> str | None:
+        """The table's recorded location (protocol 2), None for a table that never recorded one."""
+        return self.properties.get(LOCATION_PROPERTY)
+
+    @property
+    def root(self) -> str:
+        """Where relative segment paths live: the recorded location, else the configured warehouse's."""
+        return self._root
+
+    @property
+    def allowed_locations(self) -> tuple[str, ...]:
+        try:
+            return locations.parse_allowed(self.properties.get(ALLOWED_LOCATIONS_PROPERTY))
+        except ValueError:
+            return ()
+
+    @property
+    def _view(self) -> FrameView:
+        assert self._frame is not None
+        return self._frame
+
+    # ------------------------------------------------------------------ segments
+
+    @cached_property
+    def segments(self) -> pa.Table:
+        """Live segments, one row each: ids, paths, sizes and typed ``min:``/``max:``/``nulls:`` stats."""
+        if self._state is not None:
+            return segments_table(self._state.segments.values(), self._state.stats_types())
+        rows = self._view.rows
+        return rows.drop_columns(["segment_avro"]) if "segment_avro" in rows.column_names else rows
+
+    def segment_ids(self) -> frozenset[str]:
+        if self._state is not None:
+            return frozenset(self._state.segments)
+        return frozenset(self._view.rows.column("segment_id").to_pylist())
+
+    def segment_list(self) -> list[Segment]:
+        """Every live segment as a ``Segment`` (decoded on demand), ordered by id."""
+        if self._state is not None:
+            return [self._state.segments[k].segment for k in sorted(self._state.segments)]
+        rows = self._view.rows
+        if rows.num_rows == 0:
+            return []
+        rows = rows.sort_by("segment_id")
+        return keyframe.decode_segments(rows.column("segment_avro").to_pylist(), self._view.layout)
+
+    def files(self) -> list[str]:
+        """Absolute paths / URIs of the live segment files (in no particular order).
+
+        Joined with the table root in one vectorised call: listing a million files stays cheap.
+        """
+        paths = self.segments.column("path")
+        if len(paths) == 0:
+            return []
+        joined = pc.binary_join_element_wise(pa.scalar(self._root), paths, "/")
+        absolute = pc.match_substring(paths, "://")
+        if pc.any(absolute).as_py():
+            for path in pc.filter(paths, absolute).to_pylist():
+                self.resolve(path)  # refuses files outside the table's locations
+            joined = pc.if_else(absolute, paths, joined)
+        out: list[str] = joined.to_pylist()
+        return out
+
+    def resolve(self, path: str) -> str:
+        """The file a segment path names; ``UnsafeLocation`` when it lies outside the table's root
+        and the locations the table allows (a protocol-1 log may hold such paths: they are
+        never read)."""
+        if not locations.is_absolute_uri(path):
+            return f"{self._root}/{path}"
+        problem = locations.allowed_problem(path, self._root, self.allowed_locations)
+        if problem is not None:
+            raise UnsafeLocation(f"{self.table} version {self.version}: {problem}")
+        return path
+
+    def prune(self, predicate: Predicate) -> Snapshot:
+        """The same version with only the segments that might hold rows matching ``predicate``.
+
+        Never drops a segment holding a matching row under Spark SQL's comparison semantics
+        (docs/PROTOCOL.md §4a); it may keep segments without one. Min/max/null/NaN-count
+        skipping is one vectorised pass over ``segments``; equality and ``isin`` then probe
+        the Bloom filters of the surviving candidates only. A predicate that cannot be
+        answered was refused when it was built (``InvalidPredicate``).
+        """
+        table = self.segments
+        if table.num_rows == 0:
+            return self
+        mask = pc.fill_null(predicate.might_match(table), True)
+        if predicate.may_use_bloom():
+            rows = pc.indices_nonzero(pc.and_(mask, pc.is_valid(table.column("bloom_bits")))).to_pylist()
+            if rows:
+                picked = table.take(rows)
+                columns, hashes, bits = (
+                    picked.column(c).to_pylist() for c in ("bloom_column", "bloom_hashes", "bloom_bits")
+                )
+                keep = mask.to_pylist()
+                for row, column, num_hashes, data in zip(rows, columns, hashes, bits, strict=True):
+                    if bloom_excludes(predicate, BloomFilter(column, num_hashes, data), table, row):
+                        keep[row] = False
+                mask = pa.array(keep, type=pa.bool_())
+        kept_ids = frozenset(table.filter(mask).column("segment_id").to_pylist())
+        if self._state is not None:
+            pruned = self._state.copy()
+            pruned.segments = {k: v for k, v in pruned.segments.items() if k in kept_ids}
+            pruned.live_rows = sum(v.segment.row_count for v in pruned.segments.values())
+            pruned.live_bytes = sum(v.segment.size_bytes for v in pruned.segments.values())
+            return Snapshot(pruned, self._fallback_root, origin=self.origin)
+        rows = self._view.rows
+        rows = rows.filter(
+            pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(kept_ids), pa.string()))
+        )
+        view = replace(
+            self._view,
+            rows=rows,
+            live_rows=pc.sum(rows.column("row_count")).as_py() or 0,
+            live_bytes=pc.sum(rows.column("size_bytes")).as_py() or 0,
+        )
+        return Snapshot(view, self._fallback_root, origin=self.origin)
+
+    def diff(self, other: Snapshot) -> SnapshotDiff:
+        """Segments to load (in ``other``, not here) and to unload (here, not in ``other``)."""
+        mine, theirs = self.segment_ids(), other.segment_ids()
+        added = other._select(theirs - mine)
+        removed = self._select(mine - theirs)
+        return SnapshotDiff(self.version, other.version, added, removed)
+
+    def _select(self, ids: frozenset[str]) -> tuple[Segment, ...]:
+        if not ids:
+            return ()
+        if self._state is not None:
+            return tuple(self._state.segments[k].segment for k in sorted(ids))
+        rows = self._view.rows
+        wanted = pa.array(sorted(ids), pa.string())
+        picked = replace(self._view, rows=rows.filter(pc.is_in(rows.column("segment_id"), value_set=wanted)))
+        return tuple(Snapshot(picked, self._fallback_root).segment_list())

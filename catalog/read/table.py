@@ -1,0 +1,387 @@
+"""The reader façade: ``Catalog(config).table("ns.t").snapshot(...)``.
+
+Readers look in Redis (the materializer's key frame + deltas), then object storage (key
+frame + commit archives), then judge the rest of the log themselves (docs/PROTOCOL.md §6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidArgument, InvalidCommit, ServiceUnavailable, VersionNotFound
+from segcat.catalog.log.commit_producer import produce_commit
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
+from segcat.catalog.protocol import locations, versions
+from segcat.catalog.protocol.model import Commit, Operation, Protocol
+from segcat.catalog.protocol.names import TableName, table_name
+from segcat.catalog.protocol.replay import Applied, Listener, replay
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
+from segcat.catalog.read import lookup
+from segcat.catalog.read.frame_view import FrameView
+from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
+from segcat.catalog.read.watch import Watcher
+from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.table_files import TableFiles
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: int
+    timestamp_ms: int
+    commit: Commit
+
+
+class Catalog:
+    """Entry point for readers and tools: tables by name, created or opened."""
+
+    def __init__(self, config: Config | None = None, *, use_redis: bool = True) -> None:
+        self.config = config or Config.load()
+        self._admin: TopicAdmin | None = None
+        self.redis = RedisStore.from_config(self.config) if use_redis else None
+        self.store = ObjectStore.from_config(self.config)
+
+    @property
+    def admin(self) -> TopicAdmin:
+        if self._admin is None:
+            self._admin = TopicAdmin(self.config)
+        return self._admin
+
+    def create_table(
+        self,
+        name: str | TableName,
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        location: str | None = None,
+    ) -> Table:
+        """Create the table's topic and record, as its first commit, the protocol and the location.
+
+        ``location`` is where the table's data lives (an absolute path or URI); by default the
+        configured warehouse's ``<namespace>/<table>``, made absolute now, once, so no reader
+        ever resolves it from its own working directory.
+        """
+        parsed = table_name(name)
+        root = table_root(self.config, parsed) if location is None else location
+        if problem := locations.location_problem(root):
+            raise InvalidArgument(problem)
+        info = self.admin.create(parsed, max_message_bytes=max_message_bytes)
+        table = self._open(info)
+        commit = Commit(
+            commit_id=Commit.new_id(),
+            table=parsed.qualified,
+            operation=Operation.UPGRADE_PROTOCOL,
+            base_version=-1,
+            writer_id=f"segcat-create-{os.getpid()}",
+            timestamp_ms=int(time.time() * 1000),
+            table_properties={LOCATION_PROPERTY: root},
+            protocol=versions.new_table_protocol(),
+        )
+        try:
+            offset = produce_commit(self.config, parsed, commit, info.max_message_bytes)
+        except ServiceUnavailable:
+            with contextlib.suppress(ServiceUnavailable):
+                self.admin.delete(parsed)  # no half-created table: a log without its protocol
+            raise
+        table.expect_accepted(commit, offset)
+        return table
+
+    def table(self, name: str | TableName) -> Table:
+        """Open an existing table; refuses a misconfigured topic before anything is read."""
+        parsed = table_name(name)
+        return self._open(self.admin.describe(parsed))
+
+    def _open(self, info: TopicInfo) -> Table:
+        return Table(self.config, info, redis=self.redis, files=TableFiles(self.store, info.name))
+
+    def list_tables(self) -> list[TableName]:
+        return self.admin.list_tables()
+
+    def table_root(self, name: str | TableName) -> str:
+        return table_root(self.config, table_name(name))
+
+
+def table_root(config: Config, name: TableName) -> str:
+    """The root a table gets under the configured warehouse (a relative directory made absolute).
+
+    Only used when a table is created (then recorded in its log as ``segcat.location``) and
+    for protocol-1 tables, which never recorded one.
+    """
+    warehouse = config.warehouse
+    if not locations.is_absolute_uri(warehouse):
+        warehouse = os.path.abspath(warehouse)
+    return f"{warehouse.rstrip('/')}/{name.namespace}/{name.table}"
+
+
+class Table:
+    """One table: snapshots at any version or time, history and diffs.
+
+    Snapshots come from the first source that can answer: Redis (key frame + deltas),
+    object storage (key frame + commit archives), then Kafka for whatever the
+    materializer has not covered yet. Without Redis or object storage, answers are the
+    same, only slower. Whatever the sources, a snapshot is of exactly the version asked
+    for, and the default is the log's end: a reader always sees the latest commit.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        info: TopicInfo,
+        *,
+        redis: RedisStore | None = None,
+        files: TableFiles | None = None,
+    ) -> None:
+        self.config = config
+        self.info = info
+        self.name = info.name
+        self.root = table_root(config, info.name)
+        """Where data would live by the configured warehouse; the recorded location wins."""
+        self.redis = redis
+        self.files = files
+
+    def _reader(self) -> LogReader:
+        return LogReader(self.config, self.name)
+
+    def log_end(self) -> int:
+        """The offset of the newest record in the log (-1 for an empty topic): one watermark request."""
+        with self._reader() as reader:
+            return reader.watermarks()[1] - 1
+
+    def resolve_version(self, version: int | None = None, as_of_ms: int | None = None) -> Resolved:
+        """The offset bound a snapshot covers: ``version``, the last record ≤ ``as_of_ms``, or the log's end.
+
+        ``InvalidArgument`` for values that can never name a version, ``VersionNotFound`` for
+        a version beyond the log's end (it names the head). A time after the last record
+        resolves to the log's end, and the answer says so.
+        """
+        if version is not None and as_of_ms is not None:
+            raise InvalidArgument("give a version or as_of, not both")
+        if version is not None:
+            _check_version_argument(version)
+        if as_of_ms is not None:
+            _check_time_argument(as_of_ms)
+        with self._reader() as reader:
+            end = reader.watermarks()[1] - 1
+            if as_of_ms is None:
+                if version is not None and version > end:
+                    raise VersionNotFound(
+                        f"version {version} of {self.name} does not exist yet: the log ends at offset {end}"
+                    )
+                return Resolved(end if version is None else version, end)
+            first_after = reader.offset_for_time(as_of_ms + 1)
+        if first_after is None:
+            note = (
+                f"as_of {_format_ms(as_of_ms)} is after the table's last record: "
+                f"this is the head as of the log's end (offset {end})"
+            )
+            return Resolved(end, end, note)
+        return Resolved(first_after - 1, end)
+
+    def state(
+        self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None
+    ) -> TableState:
+        """Replay the whole log up to ``version`` / ``as_of_ms``; ``listener`` sees every record.
+
+        The slow, always-correct path: what every faster source must agree with.
+        """
+        bound = self.resolve_version(version, as_of_ms).bound
+        state = TableState(self.name.qualified)
+        if bound < 0:
+            return state
+        with self._reader() as reader:
+            replay(reader.read(0, bound + 1), state, upto=bound, listener=listener)
+        return state
+
+    def snapshot(
+        self,
+        version: int | None = None,
+        as_of_ms: int | None = None,
+        *,
+        listener: Listener | None = None,
+        sources: tuple[str, ...] = ("redis", "object-store", "kafka"),
+        stale_ok: bool = False,
+    ) -> Snapshot:
+        """The table at ``version`` (any offset ≤ the log's end) or as of a broker timestamp.
+
+        The default is the head as of the log's end, found with one watermark request:
+        Redis' key frame and deltas plus whatever the log holds past the materialized head,
+        judged here by the same rules. ``stale_ok=True`` (head only) skips that tail and
+        answers from the materialized head at once; the snapshot's ``behind`` then says how
+        many log records it trails by. ``sources`` narrows the lookup chain (tests, tools).
+        """
+        if stale_ok and version is None and as_of_ms is None and "redis" in sources:
+            materialized = self._materialized_head()
+            if materialized is not None:
+                return materialized
+        resolved = self.resolve_version(version, as_of_ms)
+        bound = resolved.bound
+        if bound < 0:
+            return self._snapshot(FrameView.from_state(TableState(self.name.qualified)), "kafka", resolved)
+        found: lookup.Found | None = None
+        if "redis" in sources and self.redis is not None:
+            found = lookup.from_redis(self.redis, self.name.qualified, bound)
+        if found is None and "object-store" in sources and self.files is not None:
+            found, _ = lookup.from_object_store(self.files, bound)
+        if found is not None and found.frame.offset >= bound:
+            return self._snapshot(found.frame, found.origin, resolved)
+        if "kafka" not in sources:
+            raise VersionNotFound(f"no source among {sources} reaches version {bound} of {self.name}")
+        if found is None:
+            return self._snapshot(self.state(bound, listener=listener), "kafka", resolved)
+        image = lookup.judging_image(found, self.name.qualified)
+        with self._reader() as reader:
+            tail, last = lookup.kafka_tail(reader, image, self.name.qualified, found.frame.offset, bound)
+        frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
+        return self._snapshot(frame, found.origin if not tail else f"{found.origin}+kafka", resolved)
+
+    def _snapshot(self, source: TableState | FrameView, origin: str, resolved: Resolved) -> Snapshot:
+        return Snapshot(source, self.root, origin=origin, note=resolved.note, behind=0)
+
+    def _materialized_head(self) -> Snapshot | None:
+        """Redis' head as it is, with how far it trails the log (None: Redis cannot answer)."""
+        assert self.redis is not None
+        found = lookup.from_redis(self.redis, self.name.qualified, None)
+        if found is None:
+            return None
+        try:
+            behind: int | None = max(self.log_end() - found.frame.offset, 0)
+        except ServiceUnavailable:
+            behind = None
+        return Snapshot(found.frame, self.root, origin=found.origin, behind=behind)
+
+    def protocol(self) -> Protocol:
+        """The protocol (rules version and features) the log is at now."""
+        return self.snapshot().protocol
+
+    def location(self) -> str:
+        """Where the table's data lives: the recorded location, else the configured warehouse's."""
+        return self.snapshot().root
+
+    def upgrade_protocol(self) -> int:
+        """Move the table to this segcat's protocol (an UPGRADE_PROTOCOL commit in the log).
+
+        Records the table's location if the log has none yet (protocol 2 needs it): the
+        configured warehouse's root for this table. Returns the version of the upgrade, or
+        the current head version when the table already is at this protocol.
+        """
+        head = self.snapshot()
+        target = versions.new_table_protocol()
+        if head.protocol.version >= target.version:
+            return head.version
+        changes = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
+        commit = Commit(
+            commit_id=Commit.new_id(),
+            table=self.name.qualified,
+            operation=Operation.UPGRADE_PROTOCOL,
+            base_version=head.offset,
+            writer_id=f"segcat-upgrade-{os.getpid()}",
+            timestamp_ms=int(time.time() * 1000),
+            table_properties=changes,
+            protocol=target,
+        )
+        offset = produce_commit(self.config, self.name, commit, self.info.max_message_bytes)
+        return self.expect_accepted(commit, offset)
+
+    def expect_accepted(self, commit: Commit, offset: int) -> int:
+        """Judge the record at ``offset`` (by reading the table back); its version, or why not."""
+        for applied in self.records(offset, offset + 1):
+            verdict = applied.verdict
+            if verdict.outcome is Outcome.ACCEPTED and verdict.commit_id == commit.commit_id:
+                return offset
+            if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
+                return verdict.original_version
+            raise InvalidCommit(f"{verdict.outcome.value}: {verdict.detail}", version=offset)
+        raise ServiceUnavailable(f"the record at offset {offset} of {self.name} was not read back")
+    def head_offset(self) -> int:
+        """The offset of the newest record (-1 for an empty topic)."""
+        return self.log_end()
+
+    def records(self, start: int = 0, end: int | None = None) -> Iterator[Applied]:
+        """Every record from ``start`` (before ``end``) with its verdict, in log order.
+
+        Judging starts from the newest key frame before ``start`` (Redis or object storage),
+        so listing the tail of a long log does not replay it from offset 0.
+        """
+        state = self._image_before(start)
+        collected: list[Applied] = []
+        with self._reader() as reader:
+            replay(
+                reader.read(state.version + 1, end),
+                state,
+                listener=lambda applied, _: collected.append(applied),
+            )
+        for applied in collected:
+            if applied.verdict.offset >= start:
+                yield applied
+
+    def _image_before(self, start: int) -> TableState:
+        """The rules' (light) image at offset ``start - 1``, or an earlier one the caller replays from."""
+        empty = TableState(self.name.qualified)
+        if start <= 0:
+            return empty
+        found: lookup.Found | None = None
+        if self.redis is not None:
+            found = lookup.from_redis(self.redis, self.name.qualified, start - 1)
+        if found is None and self.files is not None:
+            found, _ = lookup.from_object_store(self.files, start - 1)
+        if found is None or found.frame.offset >= start:
+            return empty
+        return lookup.judging_image(found, self.name.qualified)
+
+    def history(self) -> list[HistoryEntry]:
+        """The accepted commits, oldest first."""
+        return [
+            HistoryEntry(a.verdict.offset, a.timestamp_ms, a.commit)
+            for a in self.records()
+            if a.verdict.outcome is Outcome.ACCEPTED and a.commit is not None
+        ]
+
+    def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
+        """Every accepted version after ``from_version`` (default: the current head), gap-free."""
+        start = self.snapshot().version if from_version is None else from_version
+        return Watcher(self.config, self.name, self.redis, self.files, start, poll_s=poll_s)
+
+    def diff(self, from_version: int, to_version: int) -> SnapshotDiff:
+        """Segments to load and unload between two versions (both must exist)."""
+        return self.snapshot(from_version).diff(self.snapshot(to_version))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a version / time argument named: the offset bound, the log's end, and a note."""
+
+    bound: int
+    log_end: int
+    note: str | None = None
+
+
+_INT64_MAX = 2**63 - 1
+"""The largest time in ms a Kafka time lookup takes."""
+
+
+def _check_version_argument(version: object) -> None:
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidArgument(f"a version is an integer offset, not {type(version).__name__} {version!r}")
+    if version < -1:
+        raise InvalidArgument(f"version {version} is not an offset (versions are ≥ 0; -1 is the empty table)")
+
+
+def _check_time_argument(as_of_ms: object) -> None:
+    if isinstance(as_of_ms, bool) or not isinstance(as_of_ms, int):
+        raise InvalidArgument(f"as_of is milliseconds since the epoch, not {type(as_of_ms).__name__}")
+    if not 0 <= as_of_ms <= _INT64_MAX - 1:
+        raise InvalidArgument(f"as_of {as_of_ms} ms is not a time segcat can look up (≥ 0 since the epoch)")
+
+
+def _format_ms(ms: int) -> str:
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms"

@@ -1,0 +1,229 @@
+"""``Table.watch(from_version)``: every accepted version after ``from_version``, with no gaps.
+
+Pub/Sub brings new versions within milliseconds. Each event names the accepted version
+before it (``prev_version``), so a missed event shows as a broken chain and is filled
+from the Redis stream of deltas, or from the log itself when the stream cannot prove it
+covers the gap. Without Redis the watcher tails Kafka and judges records with the same
+rules, on a light image rebuilt from the newest key frame at or before ``from_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import DecodeError, ServiceUnavailable
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.frame_view import AcceptedCommit
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.redis_store import RedisStore, Subscription, VersionEvent, chain_is_complete
+from segcat.catalog.storage.table_files import TableFiles
+
+log = logging.getLogger("segcat.watch")
+
+
+@dataclass(frozen=True)
+class VersionChange:
+    """One accepted version. ``rows_delta`` / ``bytes_delta`` are None when filled from a gap."""
+
+    table: str
+    version: int
+    prev_version: int
+    timestamp_ms: int
+    commit_id: str
+    operation: str
+    added: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    rows_delta: int | None = None
+    bytes_delta: int | None = None
+    source: str = "pubsub"
+
+
+def _from_event(event: VersionEvent) -> VersionChange:
+    return VersionChange(
+        event.table,
+        event.version,
+        event.prev_version,
+        event.timestamp_ms,
+        event.commit_id,
+        event.operation,
+        list(event.added),
+        list(event.dropped),
+        event.rows_delta,
+        event.bytes_delta,
+    )
+
+
+def _from_commit(table: str, prev: int, item: AcceptedCommit, source: str) -> VersionChange:
+    version, ts, commit = item
+    return VersionChange(
+        table,
+        version,
+        prev,
+        ts,
+        commit.commit_id,
+        commit.operation.value,
+        [s.segment_id for s in commit.adds],
+        list(commit.drops),
+        source=source,
+    )
+
+
+class KafkaFollower:
+    """Judges the log incrementally from a light image; yields the accepted commits."""
+
+    def __init__(self, config: Config, name: TableName, files: TableFiles | None, after: int) -> None:
+        frame = (
+            files.newest_valid_keyframe(at_most=max(after, -1)) if files is not None and after >= 0 else None
+        )
+        self._state = keyframe.light_state(frame) if frame is not None else TableState(name.qualified)
+        self._reader = LogReader(config, name)
+        self._reader.seek(self._state.version + 1)
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def poll(self, timeout_s: float) -> list[AcceptedCommit]:
+        found: list[AcceptedCommit] = []
+
+        def collect(applied: Applied, _: TableState) -> None:
+            if applied.verdict.outcome is Outcome.ACCEPTED and applied.commit is not None:
+                found.append((applied.verdict.offset, applied.timestamp_ms, applied.commit))
+
+        replay(self._reader.poll_batch(timeout_s), self._state, listener=collect)
+        return found
+
+    def until(self, offset: int, timeout_s: float) -> list[AcceptedCommit]:
+        """Everything up to ``offset`` (which the caller knows exists)."""
+        found: list[AcceptedCommit] = []
+        while self._state.version < offset:
+            batch = self.poll(timeout_s)
+            found.extend(batch)
+            if not batch and self._reader.position() > offset:
+                break
+        return found
+
+
+class Watcher:
+    """``for change in table.watch(v): ...``; ``close()`` (or leaving ``with``) stops it."""
+
+    def __init__(
+        self,
+        config: Config,
+        name: TableName,
+        redis: RedisStore | None,
+        files: TableFiles | None,
+        from_version: int,
+        *,
+        poll_s: float = 0.5,
+    ) -> None:
+        self._config = config
+        self._name = name
+        self._redis = redis
+        self._files = files
+        self.last = from_version
+        self._poll_s = poll_s
+        self._sub: Subscription | None = None
+        self._follower: KafkaFollower | None = None
+        self._closed = False
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._drop_subscription()
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
+
+    def __iter__(self) -> Iterator[VersionChange]:
+        while not self._closed:
+            if self._sub is None and self._redis is not None:
+                try:
+                    self._sub = self._redis.subscribe(self._name.qualified)
+                    yield from self._fill_from_stream_or_log(None)  # subscribed first: nothing falls between
+                except ServiceUnavailable as exc:
+                    log.info("pub/sub unavailable, tailing the log", extra={"reason": str(exc)})
+                    self._drop_subscription()
+            if self._sub is None:
+                yield from self._emit(self._kafka().poll(self._poll_s), "kafka")
+                continue
+            try:
+                event = self._sub.get(timeout=self._poll_s)
+            except ServiceUnavailable:
+                self._drop_subscription()
+                continue
+            if event is None or event.version <= self.last:
+                continue
+            if event.prev_version > self.last:
+                yield from self._fill_from_stream_or_log(event.prev_version)
+            if event.version > self.last:
+                self.last = event.version
+                yield _from_event(event)
+
+    # ------------------------------------------------------------------ gap filling
+
+    def _fill_from_stream_or_log(self, upto: int | None) -> Iterator[VersionChange]:
+        items = self._from_stream(upto)
+        if items is not None:
+            yield from self._emit(items, "stream")
+            return
+        follower = self._kafka()
+        if upto is None:
+            with LogReader(self._config, self._name) as reader:
+                upto = reader.watermarks()[1] - 1
+        yield from self._emit(follower.until(upto, self._poll_s), "kafka")
+
+    def _from_stream(self, upto: int | None) -> list[AcceptedCommit] | None:
+        """The accepted commits in (last, upto] from Redis, or None if it can't prove coverage."""
+        if self._redis is None:
+            return None
+        try:
+            head = self._redis.head(self._name.qualified)
+            if head is None:
+                return None
+            target = head.version if upto is None else min(upto, head.version)
+            if target <= self.last:
+                return [] if upto is None or upto <= head.version else None
+            deltas = self._redis.deltas(self._name.qualified, self.last, target)
+        except ServiceUnavailable:
+            return None
+        if not chain_is_complete(self.last, deltas, end_version=target):
+            return None
+        items: list[AcceptedCommit] = []
+        for delta in deltas:
+            try:
+                items.append((delta.version, delta.timestamp_ms, codec.decode_commit(delta.value)))
+            except DecodeError:
+                return None
+        return items
+
+    def _emit(self, items: list[AcceptedCommit], source: str) -> Iterator[VersionChange]:
+        for item in items:
+            if item[0] > self.last:
+                change = _from_commit(self._name.qualified, self.last, item, source)
+                self.last = item[0]
+                yield change
+
+    def _kafka(self) -> KafkaFollower:
+        if self._follower is None:
+            self._follower = KafkaFollower(self._config, self._name, self._files, self.last)
+        return self._follower
+
+    def _drop_subscription(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(ServiceUnavailable):
+                self._sub.close()
+            self._sub = None

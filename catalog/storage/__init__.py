@@ -1,0 +1,1 @@
+"""Storage: object storage, key frames, commit archives and the Redis cache."""

@@ -1,0 +1,324 @@
+"""One table's ``_catalog/`` on object storage: key frames, commit archives, ``_latest`` (PROTOCOL.md §6).
+
+    <ns>/<table>/_catalog/keyframes/<V:020d>.parquet
+    <ns>/<table>/_catalog/commits/<from:020d>-<to:020d>.parquet
+    <ns>/<table>/_catalog/_latest      {"version", "path", "sha256" (of the key frame object), "checksum"}
+
+Everything here is a deterministic function of the log, so writing an object twice is
+harmless and two materializers racing during a rebalance cannot disagree on content.
+``_latest`` is only a shortcut: the listing of ``keyframes/`` is the truth, and a stale or
+damaged pointer costs a longer replay, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.archive import Archive, ArchivedCommit, decode_archive, encode_archive
+from segcat.catalog.storage.keyframe import KeyFrame
+from segcat.catalog.storage.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+_KEYFRAME_NAME = re.compile(r"(\d{20})\.parquet")
+_ARCHIVE_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
+_LATEST_REWRITES = 3
+"""How often ``write_keyframe`` re-asserts ``_latest`` if a racing writer moved it back."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ArchiveRef:
+    """An archive object as named in the listing (its range is re-checked when it is read)."""
+
+    from_version: int
+    to_version: int
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFrameSearch:
+    """The outcome of looking for the newest valid key frame."""
+
+    frame: KeyFrame | None
+    """The newest frame that loaded, or None (replay from the start)."""
+    failed: tuple[int, ...]
+    """Versions that were read and refused (missing or corrupt), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    version: int
+    path: str
+    sha256: str
+
+
+class TableFiles:
+    """Read and write the ``_catalog/`` objects of one table."""
+
+    def __init__(self, store: ObjectStore, name: TableName) -> None:
+        self.store = store
+        self.name = name
+        self.base = f"{name.namespace}/{name.table}/_catalog"
+
+    # ------------------------------------------------------------------ names
+
+    def keyframe_path(self, version: int) -> str:
+        _check_version(version)
+        return f"{self.base}/keyframes/{version:020d}.parquet"
+
+    def archive_path(self, from_version: int, to_version: int) -> str:
+        _check_version(from_version)
+        _check_version(to_version)
+        return f"{self.base}/commits/{from_version:020d}-{to_version:020d}.parquet"
+
+    @property
+    def latest_path(self) -> str:
+        return f"{self.base}/_latest"
+
+    # ------------------------------------------------------------------ key frames
+
+    def write_keyframe(self, table: pa.Table, version: int) -> str:
+        """Store the key frame for ``version`` and move ``_latest`` forward to it (never back).
+
+        The object is written before the pointer, so ``_latest`` never names a missing
+        object. Writing the same version again is harmless: it re-points ``_latest`` (same
+        version) at the bytes now stored, in case another writer produced different bytes.
+        """
+        frame = keyframe.verify(table)
+        if frame.version != version:
+            raise ValueError(f"key frame holds version {frame.version}, not {version}")
+        path = self.keyframe_path(version)
+        data = keyframe.to_parquet(table)
+        self.store.put(path, data)
+        wanted = Latest(version, path, hashlib.sha256(data).hexdigest())
+        for _ in range(_LATEST_REWRITES):
+            current = self._read_latest()
+            if current is None and any(v > version for v in self.keyframe_versions()):
+                # No readable pointer but newer frames exist: pointing at ours could move it
+                # back; leave it to the next newer key frame (readers use the listing meanwhile).
+                break
+            if current is not None and (
+                current.version > version or (current.version == version and current.sha256 == wanted.sha256)
+            ):
+                break
+            self.store.put(self.latest_path, _latest_bytes(wanted))
+        return path
+
+    def keyframe_versions(self) -> list[int]:
+        """Versions of the key frame objects present, oldest first (damaged ones included)."""
+        found = []
+        for path in self.store.list(f"{self.base}/keyframes"):
+            match = _KEYFRAME_NAME.fullmatch(path.rsplit("/", 1)[-1])
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def read_keyframe(self, version: int) -> KeyFrame:
+        """Load and verify one key frame; ``FileNotFoundError`` / ``CorruptKeyFrame``."""
+        return self._decode_keyframe(version, self.store.get(self.keyframe_path(version)))
+
+    def _decode_keyframe(self, version: int, data: bytes) -> KeyFrame:
+        frame = keyframe.from_parquet(data)
+        if frame.version != version:
+            raise CorruptKeyFrame(f"object for version {version} holds version {frame.version}")
+        if frame.meta.get("table") != self.name.qualified:
+            raise CorruptKeyFrame(f"key frame belongs to table {frame.meta.get('table')!r}")
+        return frame
+
+    def latest(self) -> tuple[int, str, str] | None:
+        """``(version, path, sha256)`` from ``_latest``; None if absent or unreadable."""
+        current = self._read_latest()
+        return None if current is None else (current.version, current.path, current.sha256)
+
+    def _read_latest(self) -> Latest | None:
+        try:
+            raw = self.store.get(self.latest_path)
+        except FileNotFoundError:
+            return None
+        try:
+            doc: dict[str, Any] = json.loads(raw)
+            body = {k: doc[k] for k in ("version", "path", "sha256")}
+            if doc.get("checksum") != _body_checksum(body):
+                raise ValueError("checksum mismatch")
+            latest = Latest(int(body["version"]), str(body["path"]), str(body["sha256"]))
+            if latest.path != self.keyframe_path(latest.version):
+                raise ValueError(f"names {latest.path!r}, not the key frame of version {latest.version}")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._warn("latest_unreadable", None, self.latest_path, str(exc))
+            return None
+        return latest
+
+    def newest_valid_keyframe(self, at_most: int | None = None) -> KeyFrame | None:
+        """The newest key frame that loads and verifies (with version ≤ ``at_most`` if given).
+
+        ``_latest`` first (its SHA-256 of the whole object checked), then the listed versions
+        newest first; corrupt or missing ones are skipped with a structured warning. None
+        means: replay from the start of the log (or the archives).
+        """
+        return self.find_newest_valid_keyframe(at_most).frame
+
+    def find_newest_valid_keyframe(self, at_most: int | None = None) -> KeyFrameSearch:
+        """``newest_valid_keyframe`` plus the versions that were tried and failed to load.
+
+        Only frames really read and refused count as failed (a materializer rewrites exactly
+        those); frames never tried, e.g. newer than a valid ``_latest``, are not in the list.
+        """
+        failed: list[int] = []
+        pointer = self._read_latest()
+        if pointer is not None and (at_most is None or pointer.version <= at_most):
+            try:
+                data = self.store.get(pointer.path)
+                if hashlib.sha256(data).hexdigest() == pointer.sha256:
+                    return KeyFrameSearch(self._decode_keyframe(pointer.version, data), ())
+                # Damaged, or rewritten with other bytes: the listing pass judges the object itself.
+                self._warn("latest_mismatch", pointer.version, pointer.path, "sha256 differs from _latest")
+            except (FileNotFoundError, CorruptKeyFrame) as exc:
+                failed.append(pointer.version)
+                self._warn("keyframe_skipped", pointer.version, pointer.path, f"via _latest: {exc}")
+        for version in reversed(self.keyframe_versions()):
+            if version in failed or (at_most is not None and version > at_most):
+                continue
+            try:
+                return KeyFrameSearch(self.read_keyframe(version), tuple(sorted(failed)))
+            except (FileNotFoundError, CorruptKeyFrame) as exc:
+                failed.append(version)
+                self._warn("keyframe_skipped", version, self.keyframe_path(version), str(exc))
+        return KeyFrameSearch(None, tuple(sorted(failed)))
+
+    # ------------------------------------------------------------------ temp files
+
+    def remove_stale_temp_files(self, older_than_s: float) -> list[str]:
+        """Delete temp files a killed writer left under this table's ``_catalog/`` (and nowhere else)."""
+        return self.store.remove_stale_temp_files(self.base, older_than_s)
+
+    # ------------------------------------------------------------------ commit archives
+
+    def write_archive(self, from_version: int, to_version: int, commits: Iterable[ArchivedCommit]) -> str:
+        """Store the archive of the accepted commits in ``from_version ..= to_version``."""
+        path = self.archive_path(from_version, to_version)
+        self.store.put(path, encode_archive(from_version, to_version, commits, table=self.name.qualified))
+        return path
+
+    def archives(self) -> list[ArchiveRef]:
+        """The archive objects present, by range."""
+        found = []
+        for path in self.store.list(f"{self.base}/commits"):
+            match = _ARCHIVE_NAME.fullmatch(path.rsplit("/", 1)[-1])
+            if match and int(match.group(1)) <= int(match.group(2)):
+                found.append(ArchiveRef(int(match.group(1)), int(match.group(2)), path))
+        return sorted(found)
+
+    def read_archive(self, ref: ArchiveRef) -> Archive:
+        """Load one archive and check it is the one its name promises; ``CorruptArchive`` if not."""
+        try:
+            data = self.store.get(ref.path)
+        except FileNotFoundError as exc:
+            raise CorruptArchive(f"archive {ref.path} disappeared") from exc
+        archive = decode_archive(data)
+        if (archive.from_version, archive.to_version) != (ref.from_version, ref.to_version):
+            raise CorruptArchive(
+                f"archive {ref.path} holds the range {archive.from_version}..{archive.to_version}"
+            )
+        if archive.table is not None and archive.table != self.name.qualified:
+            raise CorruptArchive(f"archive {ref.path} belongs to table {archive.table!r}")
+        return archive
+
+    def archive_plan(self, after_version: int, upto: int | None = None) -> list[ArchiveRef]:
+        """The archives that together cover ``(after_version, upto]`` without a gap, in order.
+
+        Coverage is proven by chaining ranges: starting at ``c = after_version``, the next
+        archive must start at or before ``c + 1`` and end after ``c``; among those the one
+        reaching furthest is taken (ranges may overlap: archives are deterministic, so any
+        overlap agrees). ``ArchiveGap`` if the chain breaks before ``upto``; with ``upto=None``
+        the chain may end where the archives end, but not before an archive further on.
+        """
+        if after_version < -1:
+            raise ValueError(f"after_version {after_version} < -1")
+        refs = self.archives()
+        plan: list[ArchiveRef] = []
+        covered = after_version
+        while upto is None or covered < upto:
+            candidates = [r for r in refs if r.from_version <= covered + 1 and r.to_version > covered]
+            if not candidates:
+                beyond = [r for r in refs if r.to_version > covered]
+                if upto is None and not beyond:
+                    break
+                raise ArchiveGap(
+                    f"{self.name}: commit archives cover versions up to {covered}, "
+                    f"nothing from {covered + 1}"
+                    + (f" (next archive starts at {min(r.from_version for r in beyond)})" if beyond else ""),
+                    covered_upto=covered,
+                    wanted_upto=upto,
+                )
+            best = max(candidates, key=lambda r: (r.to_version, -r.from_version))
+            plan.append(best)
+            covered = best.to_version
+        return plan
+
+    def archives_between(self, after_version: int, upto: int | None = None) -> Iterator[ArchivedCommit]:
+        """The accepted commits with ``after_version < version ≤ upto``, in order, from the archives.
+
+        Coverage is checked before anything is yielded (``ArchiveGap`` is raised by this call,
+        so the caller can go to Kafka instead). An archive that turns out damaged while
+        iterating raises ``CorruptArchive``; every commit yielded before it is correct, so the
+        caller can continue from Kafka after the last one it got.
+        """
+        plan = self.archive_plan(after_version, upto)
+        return self._iter_plan(plan, after_version, upto)
+
+    def _iter_plan(
+        self, plan: list[ArchiveRef], after_version: int, upto: int | None
+    ) -> Iterator[ArchivedCommit]:
+        last = after_version
+        for ref in plan:
+            for commit in self.read_archive(ref).commits:
+                if commit.version <= last:
+                    continue
+                if upto is not None and commit.version > upto:
+                    return
+                last = commit.version
+                yield commit
+
+    # ------------------------------------------------------------------ helpers
+
+    def _warn(self, event: str, version: int | None, path: str, reason: str) -> None:
+        log.warning(
+            "%s: %s %s (version %s): %s",
+            self.name,
+            event.replace("_", " "),
+            self.store.uri(path),
+            version,
+            reason,
+            extra={
+                "event": event,
+                "table": self.name.qualified,
+                "version": version,
+                "path": path,
+                "reason": reason,
+            },
+        )
+
+
+def _check_version(version: int) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"object versions are offsets ≥ 0, got {version!r}")
+
+
+def _body_checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _latest_bytes(latest: Latest) -> bytes:
+    body = {"version": latest.version, "path": latest.path, "sha256": latest.sha256}
+    return json.dumps({**body, "checksum": _body_checksum(body)}, sort_keys=True, indent=1).encode() + b"\n"

@@ -1,0 +1,164 @@
+"""``segcat``: one command line for the stack, tables, commits and reads.
+
+Every failure ends in one line on stderr and an exit code a script can act on
+(README, "Exit codes"): 2 invalid input, 3 conflict, 4 not found, 5 service unavailable,
+1 anything else. A traceback is printed only with ``-vv``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from importlib import metadata
+
+import click
+
+from segcat.catalog.errors import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    SegcatError,
+)
+from segcat.catalog.errors import exit_code as error_exit_code
+from segcat.cli.commit_cmd import commit_cmd
+from segcat.cli.demo import demo_cmd
+from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
+from segcat.cli.service_cmds import watch_cmd
+from segcat.cli.stack_cmds import stack
+from segcat.cli.table_cmds import table
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for an error (README, "Exit codes"): usage errors are invalid input."""
+    if isinstance(exc, click.UsageError):
+        return EXIT_INVALID
+    return error_exit_code(exc)
+
+
+_verbosity = 0
+
+
+def _add_verbosity(ctx: click.Context, _: click.Parameter, count: int) -> None:
+    """``-v`` counts wherever it is given, before or after the subcommand."""
+    global _verbosity
+    if ctx.parent is None and isinstance(ctx.command, click.Group):
+        _verbosity = 0  # a new ``segcat`` invocation (the demo also runs subcommands on their own)
+    _verbosity += count
+    level = logging.WARNING - 10 * min(_verbosity, 2)
+    logging.getLogger().setLevel(level)
+    logging.getLogger("segcat.librdkafka").setLevel(logging.DEBUG if _verbosity >= 2 else logging.ERROR)
+
+
+def _verbose_option() -> click.Option:
+    return click.Option(
+        ["-v", "--verbose"],
+        count=True,
+        expose_value=False,
+        callback=_add_verbosity,
+        help="More log lines (-v info, -vv debug and tracebacks); also after the subcommand.",
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("segcat")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class _Segcat(click.Group):
+    """``segcat``, with ``segcat materializer`` mounted from ``segcat.materializer.command`` when asked for.
+
+    Mounted lazily because that module runs ``python -m segcat.materializer`` on its own and uses
+    this package's parameter types: importing it here at load time would be a cycle.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), "materializer"})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name == "materializer":
+            from segcat.materializer.command import materializer_cmd
+
+            return materializer_cmd
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Segcat, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file (or SEGCAT_CONFIG)."
+)
+@click.version_option(_version(), "--version", prog_name="segcat", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> None:
+    """segcat: an event-sourced table catalog on Kafka."""
+    if config_path:
+        os.environ["SEGCAT_CONFIG"] = config_path
+    ctx.ensure_object(dict)
+
+
+cli.params.insert(0, _verbose_option())
+for _command in (
+    stack,
+    table,
+    commit_cmd,
+    log_cmd,
+    show_cmd,
+    diff_cmd,
+    demo_cmd,
+    watch_cmd,
+):
+    cli.add_command(_command)
+
+
+def _with_verbosity(command: click.Command) -> None:
+    if not any(isinstance(p, click.Option) and "-v" in p.opts for p in command.params):
+        command.params.append(_verbose_option())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_verbosity(sub)
+
+
+for _command in cli.commands.values():
+    _with_verbosity(_command)
+
+
+def _fail(message: str) -> None:
+    text = " ".join(message.split("\n"))
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {text}", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``segcat`` entry point: run the command, turn every failure into one line and an exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("segcat.librdkafka").setLevel(logging.ERROR)
+    try:
+        code = cli.main(argv, prog_name="segcat", standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted")
+        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "segcat"
+        _fail(f"{exc.format_message()} (see '{where} -h')")
+        sys.exit(exit_code(exc) if isinstance(exc, click.UsageError) else EXIT_INVALID)
+    except SegcatError as exc:
+        if _verbosity >= 2:
+            traceback.print_exc()
+        _fail(f"{type(exc).__name__}: {exc}")
+        sys.exit(exit_code(exc))
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the reader left (| head)
+        sys.exit(EXIT_ERROR)
+    except Exception as exc:
+        if _verbosity >= 2:
+            traceback.print_exc()
+        _fail(
+            f"unexpected {type(exc).__name__}: {exc} — this is a bug in segcat, please report it "
+            "with the command you ran (run it again with -vv for the traceback)"
+        )
+        sys.exit(EXIT_ERROR)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,87 @@
+"""``segcat table create|list|describe|upgrade``."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from segcat.catalog.config import Config
+from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
+from segcat.catalog.read.table import Catalog
+from segcat.cli.params import Integer
+
+console = Console()
+
+MESSAGE_BYTES = Integer(
+    MIN_MAX_MESSAGE_BYTES,
+    MAX_MAX_MESSAGE_BYTES,
+    what="a usable max.message.bytes",
+    note=" (64 KiB is the floor: below it most commits would not fit)",
+)
+
+
+@click.group()
+def table() -> None:
+    """Create, list, describe and upgrade tables (one compacted single-partition topic each)."""
+
+
+@table.command("create")
+@click.argument("name")
+@click.option(
+    "--max-message-bytes",
+    type=MESSAGE_BYTES,
+    default=DEFAULT_MAX_MESSAGE_BYTES,
+    show_default=True,
+    help="The largest commit the table accepts (64 KiB to 2 GiB).",
+)
+def create(name: str, max_message_bytes: int) -> None:
+    """Create table NAME ('<namespace>.<table>')."""
+    created = Catalog(Config.load()).create_table(name, max_message_bytes=max_message_bytes)
+    console.print(f"created [bold]{created.name}[/] (topic {created.name.topic})")
+
+
+@table.command("list")
+def list_tables() -> None:
+    """List every table on the cluster."""
+    for name in Catalog(Config.load()).list_tables():
+        console.print(str(name))
+
+
+@table.command("describe")
+@click.argument("name")
+def describe(name: str) -> None:
+    """Show a table's topic configuration, protocol, location and head."""
+    opened = Catalog(Config.load()).table(name)
+    protocol = opened.protocol()
+    features = ", ".join(protocol.features) or "none"
+    console.print(f"[bold]{opened.name}[/]  topic={opened.name.topic}")
+    console.print(f"protocol: {protocol.version} (features: {escape(features)})")
+    console.print(f"location: {escape(opened.location())}")
+    console.print(f"head offset: {opened.head_offset()}")
+    for key in (
+        "cleanup.policy",
+        "message.timestamp.type",
+        "max.message.bytes",
+        "min.compaction.lag.ms",
+        "compression.type",
+        "min.insync.replicas",
+    ):
+        console.print(f"  {key} = {opened.info.config.get(key)}")
+
+
+@table.command("upgrade")
+@click.argument("name")
+def upgrade(name: str) -> None:
+    """Move table NAME to this segcat's protocol, recording its location (no-op when it is there)."""
+    opened = Catalog(Config.load()).table(name)
+    before = opened.protocol()
+    version = opened.upgrade_protocol()
+    after = opened.protocol()
+    if after == before:
+        console.print(f"[bold]{opened.name}[/] already at protocol {after.version} (version {version})")
+        return
+    console.print(
+        f"[green]upgraded[/] [bold]{opened.name}[/] from protocol {before.version} to protocol "
+        f"[bold]{after.version}[/] at version {version}; location {escape(opened.location())}"
+    )

@@ -1,0 +1,64 @@
+"""Is a service really answering (not just listening)? Used while waiting for startup.
+
+A TCP connect succeeds long before the broker can serve metadata, so Kafka is probed with
+an AdminClient metadata request and Redis with PING.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+_quiet = logging.getLogger("segcat.local_stack.librdkafka")
+
+
+class KafkaProbe:
+    """One AdminClient reused across probes (creating one per attempt is slow)."""
+
+    def __init__(self, bootstrap_servers: str, extra: dict[str, str] | None = None) -> None:
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap_servers,
+            # While the broker is still starting librdkafka logs "Connection refused"
+            # several times a second; route its logs to a logger and only keep fatal ones.
+            "logger": _quiet,
+            "log_level": 2,
+            "error_cb": _ignore,
+            "reconnect.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 500,
+            **(extra or {}),
+        }
+        self._admin = AdminClient(conf)
+
+    def answers(self, timeout_s: float = 2.0) -> bool:
+        """True once the broker returns metadata that lists at least one broker."""
+        try:
+            metadata = self._admin.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        finally:
+            self._admin.poll(0)  # deliver (and drop) queued log lines
+        return bool(metadata.brokers)
+
+
+def kafka_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+    """One-shot probe for status output."""
+    return KafkaProbe(bootstrap_servers).answers(timeout_s)
+
+
+def redis_answers(url: str, timeout_s: float = 1.0) -> bool:
+    """True if Redis at ``url`` replies to PING."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def _ignore(_err: KafkaError) -> None:
+    """Errors while probing only mean "not yet"; the caller decides when to give up."""
