@@ -17,13 +17,14 @@ from redis.exceptions import RedisError
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
 from segcat.catalog.protocol import codec, rules
-from segcat.catalog.protocol.model import Commit, LogRecord
+from segcat.catalog.protocol.delta import CommitDelta
+from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome, Verdict
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.archive import ArchivedCommit
+from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis_store import Head, RecordBatch, RedisStore, VersionEvent
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import metrics
@@ -43,11 +44,9 @@ _REDIS_ERRORS = (ServiceUnavailable, RedisError)
 
 @dataclass(frozen=True)
 class Pending:
-    """An accepted commit not yet in a key frame."""
+    """An accepted commit not yet in a key frame: its delta and its record's value (to archive)."""
 
-    version: int
-    timestamp_ms: int
-    commit: Commit
+    delta: CommitDelta
     value: bytes
 
 
@@ -151,28 +150,28 @@ class TableMaterializer:
         """Judge one record, publish what it changed, write a key frame when one is due."""
         if record.offset <= self.state.version:
             return Verdict(Outcome.DUPLICATE, record.offset, detail="already applied")
-        prev_version = self.state.last_accepted_version
-        prev_rows, prev_bytes = self.state.live_rows, self.state.live_bytes
         self.stage = "rules"
-        verdict, commit = rules.apply_record(self.state, record)
+        applied = rules.apply_record(self.state, record)
+        verdict, delta = applied.verdict, applied.delta
         self.stage = "redis"
         metrics.RECORDS.labels(self._label, verdict.outcome.value).inc()
-        if verdict.outcome is Outcome.ACCEPTED and commit is not None and record.value is not None:
+        if delta is not None and record.value is not None:
             if not self._pending:
                 self._pending_since = time.monotonic()
-            self._pending.append(Pending(record.offset, record.timestamp_ms, commit, record.value))
+            self._pending.append(Pending(delta, record.value))
             self._pending_bytes += len(record.value)
+            prev_version = -1 if delta.prev_version is None else delta.prev_version
             event = VersionEvent(
                 table=self._label,
-                version=record.offset,
+                version=delta.version,
                 prev_version=prev_version,
-                timestamp_ms=record.timestamp_ms,
-                commit_id=commit.commit_id,
-                operation=commit.operation.value,
-                added=[s.segment_id for s in commit.adds],
-                dropped=list(commit.drops),
-                rows_delta=self.state.live_rows - prev_rows,
-                bytes_delta=self.state.live_bytes - prev_bytes,
+                timestamp_ms=delta.timestamp_ms,
+                commit_id=delta.commit_id,
+                operation=delta.operation.value,
+                added=[s.segment_id for s in delta.added],
+                dropped=list(delta.dropped),
+                rows_delta=delta.rows_delta or 0,
+                bytes_delta=delta.bytes_delta or 0,
             )
             self._publish(verdict, prev_version, record.value, event if notify else None, decoded=True)
             metrics.HEAD.labels(self._label).set(self.state.last_accepted_version)
@@ -180,7 +179,7 @@ class TableMaterializer:
             if self.keyframe_due():
                 self.write_keyframe()
         else:
-            self._publish(verdict, None, None, None, decoded=commit is not None)
+            self._publish(verdict, None, None, None, decoded=applied.commit is not None)
         return verdict
 
     def _head(self) -> Head:
@@ -323,8 +322,8 @@ class TableMaterializer:
         if self.keyframe_due() and self.state.version == self.state.last_accepted_version:
             self.write_keyframe()
 
-    def _accepted_pending(self) -> list[tuple[int, int, Commit]]:
-        return [(p.version, p.timestamp_ms, p.commit) for p in self._pending]
+    def _accepted_pending(self) -> list[CommitDelta]:
+        return [p.delta for p in self._pending]
 
     def write_keyframe(self) -> None:
         """Archive the commits since the last key frame, then write the key frame and ``_latest``."""
@@ -335,8 +334,9 @@ class TableMaterializer:
         self._frame = self._frame.apply(self._accepted_pending(), offset=self.state.version)
         sealed = keyframe.seal(self._frame.rows, self.state, self._frame.layout)
         archived = [
-            ArchivedCommit(p.version, p.timestamp_ms, p.commit.commit_id, p.commit.operation.value, p.value)
+            ArchivedCommit(d.version, d.timestamp_ms, d.commit_id, d.operation.value, p.value)
             for p in self._pending
+            for d in (p.delta,)
         ]
         if archived:
             self.stage = "archive"

@@ -2,7 +2,7 @@
 
 Idempotent producer with acks=all; the commit_id is the record key and the idempotency
 key, so a retry after a timeout re-sends the very same record and the rules recognise
-the duplicate. The writer tails the log to keep its image current (``LogTailer``), so
+the duplicate. The writer follows the log to keep its image current (``Follower``), so
 judging its own commit is one short fetch of the records since its last catch-up.
 """
 
@@ -29,7 +29,7 @@ from segcat.catalog.errors import (
     ServiceUnavailable,
 )
 from segcat.catalog.log.clients import producer_config
-from segcat.catalog.log.tailer import LogTailer
+from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
@@ -50,16 +50,6 @@ RECORD_OVERHEAD = 512
 """Bytes reserved for the record/batch headers when checking a commit against the limit."""
 
 Planner = Callable[[TableState], Commit | None]
-
-
-def _starting_state(config: Config, name: TableName) -> TableState | None:
-    """The newest valid key frame's image, or None (replay from offset 0) if there is none."""
-    try:
-        frame = TableFiles(ObjectStore.from_config(config), name).newest_valid_keyframe()
-    except (OSError, ValueError) as exc:
-        log.warning("object storage unavailable; replaying from offset 0", extra={"error": str(exc)})
-        return None
-    return None if frame is None else frame.state()
 
 
 def _collection(value: Iterable[Any], what: str) -> tuple[Any, ...]:
@@ -129,9 +119,8 @@ class TableWriter:
         info = TopicAdmin(config).describe(self.name)
         self.max_message_bytes = info.max_message_bytes
         self._producer = Producer(producer_config(config, info.max_message_bytes))
-        self._tailer = LogTailer(
-            config, self.name, _starting_state(config, self.name) if from_keyframe else None
-        )
+        files = TableFiles(ObjectStore.from_config(config), self.name) if from_keyframe else None
+        self._follower = Follower.from_keyframe(config, self.name, files, full=True)
         self._caught_up = False
         """Whether the image has read the log's end at least once (before that it is a key frame's)."""
         self._verdicts: dict[str, Verdict] = {}
@@ -150,18 +139,18 @@ class TableWriter:
 
     def close(self) -> None:
         self._producer.flush(self.config.request_timeout_s)
-        self._tailer.close()
+        self._follower.close()
 
     # ------------------------------------------------------------------ state
 
     @property
     def state(self) -> TableState:
         """The writer's image as of its last catch-up (call ``refresh`` for the head)."""
-        return self._tailer.state
+        return self._follower.state
 
     def refresh(self) -> TableState:
         """Catch the image up with the log's end (refuses a protocol this segcat does not know)."""
-        state = self._tailer.catch_up(listener=self._listen)
+        state = self._follower.catch_up(listener=self._listen)
         self._caught_up = True
         return state
 
@@ -254,7 +243,7 @@ class TableWriter:
             offset = self._produce_with_retry(key, value, cid, attempts)
             if offset is None:  # a retry found our earlier attempt already in the log
                 return self.state.recent_commits[cid]
-            self._tailer.catch_up(offset, listener=self._listen)
+            self._follower.catch_up(offset, listener=self._listen)
             verdict = self._verdicts.get(cid)
             if verdict is None:
                 raise ServiceUnavailable(f"record at offset {offset} was not seen while catching up")

@@ -47,14 +47,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from segcat.catalog.config import Config
+from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.spark_integration.options import config_from_options, lower_keys
@@ -91,72 +91,58 @@ class VersionFollower:
     def __init__(self, config: Config, name: TableName) -> None:
         self._config = config
         self._name = name
-        self._reader: LogReader | None = None
-        self._state: TableState | None = None
+        self._follower: Follower | None = None
         self._after = -1
-        """Every accepted version in (``_after``, state.version] is in ``_rows``."""
+        """Every accepted version in (``_after``, the image's offset] is in ``_rows``."""
         self._rows: dict[int, VersionRow] = {}
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
-        self._state = None
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
         self._rows = {}
 
     def _start(self, after: int) -> None:
         """Rebuild the image at ``after``: newest key frame ≤ ``after``, then the log up to it."""
         self.close()
-        frame = None
-        if after >= 0:
-            files = TableFiles(ObjectStore.from_config(self._config), self._name)
-            try:
-                frame = files.newest_valid_keyframe(at_most=after)
-            except OSError:
-                frame = None
-        state = keyframe.light_state(frame) if frame is not None else TableState(self._name.qualified)
-        self._reader = LogReader(self._config, self._name)
-        if state.version < after:
-            replay(self._reader.read(state.version + 1, after + 1), state, upto=after)
+        files = TableFiles(ObjectStore.from_config(self._config), self._name)
+        follower = Follower.from_keyframe(self._config, self._name, files, at_most=after)
+        if follower.state.version < after:
+            follower.catch_up(after, exact=True)
         # no version after the last accepted one is accepted yet, so the (empty) cache is
         # complete from there on
-        self._state, self._after, self._rows = state, state.last_accepted_version, {}
+        self._follower, self._after, self._rows = follower, follower.state.last_accepted_version, {}
 
     def _advance(self, upto: int | None) -> None:
         """Judge the records after the image, up to ``upto`` (default: the end of the log)."""
-        assert self._state is not None and self._reader is not None
-        state = self._state
-        end = None if upto is None else upto + 1
-        if end is not None and end <= state.version + 1:
+        assert self._follower is not None
+        if upto is not None and upto <= self._follower.state.version:
             return
-        before = [state.live_rows, state.live_bytes, state.last_accepted_version]
         name = self._name.qualified
 
-        def collect(applied: Applied, current: TableState) -> None:
-            commit, verdict = applied.commit, applied.verdict
-            if verdict.outcome is not Outcome.ACCEPTED or commit is None:
+        def collect(applied: Applied, _: TableState) -> None:
+            delta = applied.delta
+            if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
                 return
-            rows, size, prev = before
-            self._rows[verdict.offset] = (
+            self._rows[delta.version] = (
                 name,
-                verdict.offset,
-                prev,
-                dt.datetime.fromtimestamp(applied.timestamp_ms / 1000, tz=dt.UTC),
-                commit.commit_id,
-                commit.operation.value,
-                [s.segment_id for s in commit.adds],
-                list(commit.drops),
-                current.live_rows - rows,
-                current.live_bytes - size,
-                current.live_count,
-                dict(commit.properties),
+                delta.version,
+                delta.prev_version,
+                dt.datetime.fromtimestamp(delta.timestamp_ms / 1000, tz=dt.UTC),
+                delta.commit_id,
+                delta.operation.value,
+                [s.segment_id for s in delta.added],
+                list(delta.dropped),
+                delta.rows_delta,
+                delta.bytes_delta,
+                delta.live_count,
+                dict(delta.commit.properties),
             )
-            before[:] = [current.live_rows, current.live_bytes, verdict.offset]
 
-        replay(self._reader.read(state.version + 1, end), state, upto=upto, listener=collect)
+        self._follower.catch_up(upto, listener=collect, exact=True)
 
     def _ensure(self, after: int) -> None:
-        if self._state is None or after < self._after:
+        if self._follower is None or after < self._after:
             self._start(after)
 
     def accepted_after(self, after: int, upto: int | None = None) -> list[VersionRow]:
@@ -167,17 +153,17 @@ class VersionFollower:
 
     def last_accepted(self) -> int:
         """The newest accepted version in the log now (reads to the log's end)."""
-        if self._state is None:
+        if self._follower is None:
             with LogReader(self._config, self._name) as reader:
                 head = reader.watermarks()[1] - 1
             self._start(head)  # from the newest key frame, not from offset 0
         self._advance(None)
-        assert self._state is not None
-        return self._state.last_accepted_version
+        assert self._follower is not None
+        return self._follower.state.last_accepted_version
 
     def forget(self, upto: int) -> None:
         """Spark will never ask for versions ≤ ``upto`` again: free their rows."""
-        if self._state is None or upto < self._after:
+        if self._follower is None or upto < self._after:
             return
         self._rows = {v: row for v, row in self._rows.items() if v > upto}
         self._after = upto

@@ -7,11 +7,12 @@ import random
 import pytest
 
 from segcat.catalog.protocol import rules
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Commit, Operation, Tombstone
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import AcceptedCommit, FrameView
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.frame_view import FrameView
 from tests.factories import segment
 
 
@@ -87,13 +88,14 @@ def _random_log(seed: int, n: int) -> list[Commit]:
 def test_frame_plus_deltas_equals_replay(seed: int) -> None:
     commits = _random_log(seed, 120)
     state = TableState("ns.t")
-    accepted: list[AcceptedCommit] = []
+    accepted: list[CommitDelta] = []
     frames: dict[int, tuple[FrameView, TableState]] = {}
     cut = random.Random(seed).randrange(len(commits))
     for offset, commit in enumerate(commits):
         offset_v = offset * 3  # versions are offsets, not dense
-        if rules.apply(state, offset_v, 1_000 + offset_v, commit).accepted:
-            accepted.append((offset_v, 1_000 + offset_v, commit))
+        _, delta = rules.apply_commit(state, offset_v, 1_000 + offset_v, commit)
+        if delta is not None:  # the same delta the in-memory image applied
+            accepted.append(delta)
         if offset == cut:
             frame = keyframe.from_ipc(keyframe.to_ipc(keyframe.build(state)))
             frames[offset_v] = (FrameView.from_keyframe(frame), state.copy())
@@ -125,5 +127,5 @@ def test_applying_nothing_is_identity_and_stale_commits_are_ignored() -> None:
     rules.apply(state, 0, 5, commit)
     view = FrameView.from_state(state)
     assert view.apply([]) is view
-    assert view.apply([(0, 5, commit)]) is view  # already covered
+    assert view.apply([CommitDelta(0, 5, commit)]) is view  # already covered
     assert view.apply([], offset=9).offset == 9

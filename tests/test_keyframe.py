@@ -10,6 +10,7 @@ import pytest
 
 from segcat.catalog.errors import CorruptKeyFrame
 from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
@@ -18,11 +19,12 @@ from segcat.catalog.protocol.model import (
     Operation,
     Protocol,
     Segment,
+    Tombstone,
 )
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.frame_view import FrameView
 from tests.factories import segment
 
 
@@ -60,7 +62,7 @@ def _state() -> TableState:
             adds=(segment("a"), segment("b", "p2"), rich),
         ),
         Commit(Commit.new_id(), "ns.t", Operation.COMPACT, 0, "w", 0, drops=("a",), adds=(segment("c"),)),
-        Commit(Commit.new_id(), "ns.t", Operation.DELETE, 1, "w", 0, tombstones=(rules.Tombstone("x = 1"),)),
+        Commit(Commit.new_id(), "ns.t", Operation.DELETE, 1, "w", 0, tombstones=(Tombstone("x = 1"),)),
         Commit(Commit.new_id(), "ns.t", Operation.SET_PROPERTIES, 2, "w", 0, table_properties={"k": "v"}),
         Commit(Commit.new_id(), "ns.t", Operation.SET_SCHEMA, 3, "w", 0, schema='{"a": 1}'),
     ]
@@ -168,7 +170,8 @@ def test_a_format_1_key_frame_still_loads_as_a_protocol_1_table() -> None:
     assert view.layout != codec.current_fingerprint()
     stats = (ColumnStats("d", ColumnType.FLOAT, 1.0, 1.0, 0, 0),)
     added = Segment("s3", "data/s3.parquet", 1, 1, stats=stats)
-    later = view.apply([(5, 5, Commit(Commit.new_id(), "ns.t", Operation.APPEND, 2, "w", 0, adds=(added,)))])
+    appended = Commit(Commit.new_id(), "ns.t", Operation.APPEND, 2, "w", 0, adds=(added,))
+    later = view.apply([CommitDelta(5, 5, appended)])
     assert [s.segment_id for s in Snapshot(later, "/root").segment_list()] == ["s1", "s2", "s3"]
     assert later.rows.column("nans:d").to_pylist()[-1] == 0
 

@@ -26,7 +26,6 @@ from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, rules
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, LogRecord, Operation, Protocol
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.rules import Verdict
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
@@ -177,7 +176,7 @@ class Injector:
         original_archive = TableFiles.write_archive
         original_keyframe = TableFiles.write_keyframe
 
-        def apply_record(state: TableState, record: LogRecord) -> tuple[Verdict, Commit | None]:
+        def apply_record(state: TableState, record: LogRecord) -> rules.Applied:
             mine = state.table == injector.table and injector.kind == "rules"
             if mine and record.offset >= injector.from_offset:
                 injector.fire(record.offset, RuntimeError("injected: rules blew up"))

@@ -22,9 +22,9 @@ from segcat.catalog.protocol import bloom, rules
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from tests.pruning_support import describe, kept, snapshots
 

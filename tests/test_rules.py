@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol import state as state_module
 from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
@@ -100,7 +101,7 @@ class Log:
         offset = self.next_offset
         self.next_offset += self.gap  # offsets are not dense
         record = LogRecord(offset, BROKER_T0 + offset, key, value)
-        verdict, _ = apply_record(self.state, record)
+        verdict = apply_record(self.state, record).verdict
         assert verdict.offset == offset
         assert self.state.version == offset
         self.verdicts.append(verdict)
@@ -476,7 +477,7 @@ def test_rule3_names_the_latest_drop_of_a_re_added_segment() -> None:
 
 
 def test_rule3_drop_memory_keeps_the_most_recently_dropped_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rules, "DROP_MEMORY", 2)
+    monkeypatch.setattr(state_module, "DROP_MEMORY", 2)
     log = Log()
     log.accept(append(seg("x"), seg("y"), seg("z")))
     log.accept(compact(drops=("x",)))

@@ -14,6 +14,7 @@ import pytest
 
 from segcat.catalog.errors import UnsupportedProtocol
 from segcat.catalog.protocol import codec, rules, versions
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import (
     BloomFilter,
     ColumnStats,
@@ -390,7 +391,7 @@ def test_column_types_are_fixed_in_v1_too_so_views_never_disagree() -> None:
 # ---------------------------------------------------------------------------- folding accepted commits
 
 
-def test_fold_accepted_gives_the_image_a_replay_gives() -> None:
+def test_applying_accepted_deltas_gives_the_image_a_replay_gives() -> None:
     """Readers judge the log past Redis' head on key frame + accepted deltas: must equal a replay."""
     full = TableState(TABLE)
     planned = [
@@ -405,7 +406,7 @@ def test_fold_accepted_gives_the_image_a_replay_gives() -> None:
     for offset, c in enumerate(planned):
         verdict = rules.apply(full, offset, 1_000 + offset, c)
         if verdict.accepted:
-            rules.fold_accepted(folded, offset, 1_000 + offset, c)
+            folded.apply(CommitDelta(offset, 1_000 + offset, c))
     assert [rules.judge(full, 9, c).outcome for c in planned[1:3]] == [Outcome.DUPLICATE, Outcome.REJECTED]
     folded.version = full.version
     assert folded.fingerprint() == full.fingerprint()

@@ -6,7 +6,6 @@ import pickle
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ import segcat.spark_integration as si
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.log.reader import LogReader
-from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
@@ -206,13 +204,13 @@ def test_follower_starts_from_a_key_frame(
         keyframe.build(state), state.version
     )
     starts: list[int] = []
-    original = LogReader.read
+    original = LogReader.seek
 
-    def read(self: LogReader, start: int, end: int | None = None) -> Iterator[LogRecord]:
-        starts.append(start)
-        return original(self, start, end)
+    def seek(self: LogReader, offset: int) -> None:
+        starts.append(offset)
+        original(self, offset)
 
-    monkeypatch.setattr(LogReader, "read", read)
+    monkeypatch.setattr(LogReader, "seek", seek)
     follower = VersionFollower(config, table.name)
     try:
         rows = follower.accepted_after(versions[3] - 1)

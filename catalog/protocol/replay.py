@@ -1,24 +1,15 @@
-"""The loader: fold log records into a ``TableState`` through the rules, nothing else."""
+"""Feed log records, in order, to the rules and the image; a listener sees each one judged."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from segcat.catalog.protocol import rules
-from segcat.catalog.protocol.model import Commit, LogRecord
-from segcat.catalog.protocol.rules import Verdict
+from segcat.catalog.protocol.model import LogRecord
+from segcat.catalog.protocol.rules import Applied
 from segcat.catalog.protocol.state import TableState
 
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """One record after judgment: what it was, what the rules said, when the broker took it."""
-
-    verdict: Verdict
-    commit: Commit | None
-    timestamp_ms: int
-
+__all__ = ["Applied", "Listener", "replay"]
 
 Listener = Callable[[Applied, TableState], None]
 
@@ -40,7 +31,7 @@ def replay(
             break
         if record.offset <= state.version:
             continue
-        verdict, commit = rules.apply_record(state, record)
+        applied = rules.apply_record(state, record)
         if listener is not None:
-            listener(Applied(verdict, commit, record.timestamp_ms), state)
+            listener(applied, state)
     return state

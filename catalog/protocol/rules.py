@@ -1,8 +1,9 @@
 """The deterministic rules (docs/PROTOCOL.md §4): judge a commit at offset o, apply it if accepted.
 
-This is the only module that changes a ``TableState``. It does no I/O and reads no
-clock, so writers, the materializer and readers that feed it the same log reach the
-same verdicts and the same state at every version.
+They judge a record against the image S(o−1) and hand the accepted commit's delta to the
+image (``TableState.apply``, the one fold). No I/O, no clock, so writers, the materializer
+and readers that feed them the same log reach the same verdicts and the same image at every
+version.
 
 The rules are versioned with the log (``segcat.catalog.protocol.versions``): each record is judged by the
 protocol in force before it. Protocol 1 is the rule set segcat had before versioning;
@@ -17,12 +18,12 @@ import datetime as dt
 import json
 import math
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 
 from segcat.catalog.errors import DecodeError, InvalidPredicate
 from segcat.catalog.protocol import codec, locations, versions
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import (
     ColumnStats,
     ColumnType,
@@ -32,15 +33,11 @@ from segcat.catalog.protocol.model import (
     Operation,
     Protocol,
     Segment,
-    Tombstone,
 )
 from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.state import (
     ALLOWED_LOCATIONS_PROPERTY,
-    DEDUP_WINDOW,
-    DROP_MEMORY,
     LOCATION_PROPERTY,
-    LiveSegment,
     TableState,
     path_key,
 )
@@ -593,33 +590,52 @@ def _scope_touched_after(state: TableState, commit: Commit) -> int | None:
 # ---------------------------------------------------------------------------- applying
 
 
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """One record after judgment: what it was, what the rules said, when the broker took it, and
+    for an accepted commit the delta the image applied."""
+
+    verdict: Verdict
+    commit: Commit | None
+    timestamp_ms: int
+    delta: CommitDelta | None = None
+
+
 def apply(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> Verdict:
-    """Judge ``commit`` at ``offset`` and, if ACCEPTED, fold it into ``state``."""
+    """Judge ``commit`` at ``offset`` and, if ACCEPTED, fold its delta into ``state``."""
+    return apply_commit(state, offset, timestamp_ms, commit)[0]
+
+
+def apply_commit(
+    state: TableState, offset: int, timestamp_ms: int, commit: Commit
+) -> tuple[Verdict, CommitDelta | None]:
+    """``apply``, also handing out the delta of an accepted commit (with what the image learned)."""
     if offset <= state.version:
         raise ValueError(f"offset {offset} is not after the state's version {state.version}")
     verdict = judge(state, offset, commit)
     state.version = offset
     if verdict.outcome is Outcome.ACCEPTED:
-        _fold(state, offset, timestamp_ms, commit)
-    else:
-        _count(state, verdict.outcome)
-    return verdict
+        return verdict, state.apply(CommitDelta(offset, timestamp_ms, commit))
+    _count(state, verdict.outcome)
+    return verdict, None
 
 
-def apply_record(state: TableState, record: LogRecord) -> tuple[Verdict, Commit | None]:
+def apply_record(state: TableState, record: LogRecord) -> Applied:
     """Decode a raw log record and apply it; garbage is INVALID and changes nothing."""
     if record.offset <= state.version:
         raise ValueError(f"offset {record.offset} is not after the state's version {state.version}")
     if record.value is None:
         state.version = record.offset
-        return Verdict(Outcome.PRUNED, record.offset, _text(record.key)), None
+        return Applied(Verdict(Outcome.PRUNED, record.offset, _text(record.key)), None, record.timestamp_ms)
     try:
         commit = codec.decode_commit(record.value)
     except DecodeError as exc:
-        return _invalid(state, record, str(exc)), None
+        return Applied(_invalid(state, record, str(exc)), None, record.timestamp_ms)
     if record.key is None or _text(record.key) != commit.commit_id:
-        return _invalid(state, record, "record key is not the commit_id", commit.commit_id), commit
-    return apply(state, record.offset, record.timestamp_ms, commit), commit
+        verdict = _invalid(state, record, "record key is not the commit_id", commit.commit_id)
+        return Applied(verdict, commit, record.timestamp_ms)
+    verdict, delta = apply_commit(state, record.offset, record.timestamp_ms, commit)
+    return Applied(verdict, commit, record.timestamp_ms, delta)
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -641,71 +657,3 @@ def _count(state: TableState, outcome: Outcome) -> None:
         state.invalid += 1
     elif outcome is Outcome.DUPLICATE:
         state.duplicates += 1
-
-
-def fold_accepted(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> None:
-    """Fold a commit already known to be ACCEPTED at ``offset`` (a Redis delta, an archived commit).
-
-    Only records the log judged ACCEPTED change what the rules look at, so an image built
-    from a key frame plus the accepted commits after it judges the next record exactly as
-    a replay would (``version`` is left for the caller to set to the offset covered).
-    """
-    if offset <= state.last_accepted_version:
-        raise ValueError(f"offset {offset} is not after the last accepted {state.last_accepted_version}")
-    _fold(state, offset, timestamp_ms, commit)
-    state.version = max(state.version, offset)
-
-
-def _fold(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> None:
-    segments = state.segments
-    location = state.location
-    for drop in commit.drops:
-        gone = segments.pop(drop).segment
-        state.live_bytes -= gone.size_bytes
-        state.live_rows -= gone.row_count
-        state.partition_touched[gone.partition] = offset
-        key = path_key(gone.path, location)
-        holders = state.paths.get(key, [])
-        if drop in holders:
-            holders.remove(drop)
-            if not holders:
-                del state.paths[key]
-        _remember(state.recently_dropped, drop, offset, DROP_MEMORY)
-    for segment in commit.adds:
-        segments[segment.segment_id] = LiveSegment(segment, offset)
-        state.live_bytes += segment.size_bytes
-        state.live_rows += segment.row_count
-        state.partition_touched[segment.partition] = offset
-        state.paths.setdefault(path_key(segment.path, location), []).append(segment.segment_id)
-        for stats in segment.stats:
-            if stats.column not in state.column_types:
-                state.column_types[stats.column] = (stats.type, offset)
-    if commit.tombstones:
-        state.tombstones.extend(Tombstone(t.predicate, offset) for t in commit.tombstones)
-        state.last_tombstone_version = offset
-    if commit.adds or commit.drops or commit.tombstones:
-        state.last_data_version = offset
-    if commit.schema is not None:
-        state.schema = commit.schema
-        state.schema_version = offset
-    for key, value in commit.table_properties.items():
-        if value is None:
-            state.properties.pop(key, None)
-        else:
-            state.properties[key] = value
-    if commit.protocol is not None:
-        state.protocol = versions.normalized(commit.protocol)
-    if state.location != location:
-        state.index_paths()
-    _remember(state.recent_commits, commit.commit_id, offset, DEDUP_WINDOW)
-    state.last_accepted_version = offset
-    state.last_accepted_timestamp_ms = timestamp_ms
-    state.last_commit_id = commit.commit_id
-    state.accepted += 1
-
-
-def _remember(window: OrderedDict[str, int], key: str, offset: int, limit: int) -> None:
-    window[key] = offset
-    window.move_to_end(key)
-    if len(window) > limit:
-        del window[next(iter(window))]

@@ -1,9 +1,11 @@
 """The table image: everything the rules need to judge the next commit.
 
-A ``TableState`` is the state of one table after every record up to ``version``. It is
-only ever changed by ``segcat.catalog.protocol.rules`` (the one place where commits are applied), and it
-is exactly what a key frame stores, so a replay that starts from a key frame decides
-every later commit as a replay from offset 0 would.
+A ``TableState`` is the state of one table after every record up to ``version``. The rules
+judge each record against it; an accepted commit's ``CommitDelta`` is folded in by
+``apply`` (the one fold), non-accepted records only move ``version`` and a counter. It is
+exactly what a key frame stores (``to_meta`` / ``from_meta``, the one place that lists how
+each field is written), so a replay that starts from a key frame decides every later
+commit as a replay from offset 0 would.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from segcat.catalog.protocol import locations
+from segcat.catalog.protocol.delta import CommitDelta, apply_properties
 from segcat.catalog.protocol.model import ColumnType, Protocol, Segment, Tombstone
 
 DEDUP_WINDOW = 20_000
@@ -91,31 +96,95 @@ class TableState:
         return self.properties.get(LOCATION_PROPERTY)
 
     def copy(self) -> TableState:
-        return TableState(
-            table=self.table,
-            version=self.version,
-            last_accepted_version=self.last_accepted_version,
-            last_accepted_timestamp_ms=self.last_accepted_timestamp_ms,
-            last_commit_id=self.last_commit_id,
-            segments=dict(self.segments),
-            tombstones=list(self.tombstones),
-            schema=self.schema,
-            schema_version=self.schema_version,
-            properties=dict(self.properties),
-            partition_touched=dict(self.partition_touched),
-            last_data_version=self.last_data_version,
-            last_tombstone_version=self.last_tombstone_version,
-            recent_commits=OrderedDict(self.recent_commits),
-            recently_dropped=OrderedDict(self.recently_dropped),
-            live_bytes=self.live_bytes,
-            live_rows=self.live_rows,
-            accepted=self.accepted,
-            rejected=self.rejected,
-            invalid=self.invalid,
-            duplicates=self.duplicates,
-            protocol=self.protocol,
-            column_types=dict(self.column_types),
+        """An independent image: its containers are copied, the immutable values shared."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "paths"}
+        for name, value in values.items():
+            if isinstance(value, dict | list):
+                values[name] = type(value)(value)  # OrderedDict stays ordered
+        return TableState(**values)
+
+    def apply(self, delta: CommitDelta) -> CommitDelta:
+        """Fold one accepted commit in (the only place an image changes); the delta, with what the
+        image learned on the way (rows and bytes it changed, the live count after)."""
+        version = delta.version
+        location = self.location
+        before_rows, before_bytes = self.live_rows, self.live_bytes
+        for drop in delta.dropped:
+            gone = self.segments.pop(drop).segment
+            self.live_bytes -= gone.size_bytes
+            self.live_rows -= gone.row_count
+            self.partition_touched[gone.partition] = version
+            self._unindex(path_key(gone.path, location), drop)
+            _remember(self.recently_dropped, drop, version, DROP_MEMORY)
+        for segment in delta.added:
+            self.segments[segment.segment_id] = LiveSegment(segment, version)
+            self.live_bytes += segment.size_bytes
+            self.live_rows += segment.row_count
+            self.partition_touched[segment.partition] = version
+            self.paths.setdefault(path_key(segment.path, location), []).append(segment.segment_id)
+            for stats in segment.stats:
+                self.column_types.setdefault(stats.column, (stats.type, version))
+        tombstones = delta.tombstones
+        if tombstones:
+            self.tombstones.extend(tombstones)
+            self.last_tombstone_version = version
+        if delta.changes_data:
+            self.last_data_version = version
+        if delta.schema is not None:
+            self.schema = delta.schema
+            self.schema_version = version
+        apply_properties(self.properties, delta.table_properties)
+        if delta.protocol is not None:
+            self.protocol = delta.protocol
+        if self.location != location:
+            self.index_paths()
+        _remember(self.recent_commits, delta.commit_id, version, DEDUP_WINDOW)
+        prev_version = self.last_accepted_version
+        self.last_accepted_version = version
+        self.last_accepted_timestamp_ms = delta.timestamp_ms
+        self.last_commit_id = delta.commit_id
+        self.accepted += 1
+        self.version = max(self.version, version)
+        return replace(
+            delta,
+            prev_version=prev_version,
+            rows_delta=self.live_rows - before_rows,
+            bytes_delta=self.live_bytes - before_bytes,
+            live_count=len(self.segments),
         )
+
+    def _unindex(self, key: str, segment_id: str) -> None:
+        holders = self.paths.get(key, [])
+        if segment_id in holders:
+            holders.remove(segment_id)
+            if not holders:
+                del self.paths[key]
+
+    # ------------------------------------------------------------------ key-frame metadata
+
+    def to_meta(self) -> dict[str, Any]:
+        """Everything but the segments, as JSON-able values (a key frame's metadata)."""
+        meta: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _NOT_IN_META:
+                continue
+            encode = _META_CODECS.get(f.name, (_same, _same))[0]
+            meta[f.name] = encode(getattr(self, f.name))
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], segments: dict[str, LiveSegment]) -> TableState:
+        """The image a key frame's metadata and segments describe (also metadata written by
+        older segcat: packed counters, no protocol or column types = a protocol-1 table)."""
+        values: dict[str, Any] = {"segments": segments}
+        for f in fields(cls):
+            if f.name in _NOT_IN_META or f.name not in meta:
+                continue
+            decode = _META_CODECS.get(f.name, (_same, _same))[1]
+            values[f.name] = decode(meta[f.name])
+        if "counts" in meta:  # key-frame formats 1 and 2
+            values["accepted"], values["rejected"], values["invalid"], values["duplicates"] = meta["counts"]
+        return cls(**values)
 
     @property
     def live_count(self) -> int:
@@ -140,6 +209,45 @@ class TableState:
         )
         digest.update(json.dumps([self.protocol.version, list(self.protocol.features)]).encode())
         return digest.hexdigest()
+
+
+def _remember(window: OrderedDict[str, int], key: str, offset: int, limit: int) -> None:
+    window[key] = offset
+    window.move_to_end(key)
+    if len(window) > limit:
+        del window[next(iter(window))]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _pairs(mapping: Mapping[Any, int]) -> list[list[Any]]:
+    return [[k, v] for k, v in mapping.items()]
+
+
+_NOT_IN_META = frozenset({"segments", "paths"})
+"""The segments travel as the key frame's rows; the path index is derived from them."""
+
+_META_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "tombstones": (
+        lambda tombstones: [[t.predicate, t.version] for t in tombstones],
+        lambda raw: [Tombstone(p, v) for p, v in raw],
+    ),
+    "properties": (dict, dict),
+    "partition_touched": (_pairs, lambda raw: {p: v for p, v in raw}),
+    "recent_commits": (_pairs, lambda raw: OrderedDict((k, v) for k, v in raw)),
+    "recently_dropped": (_pairs, lambda raw: OrderedDict((k, v) for k, v in raw)),
+    "protocol": (
+        lambda protocol: [protocol.version, list(protocol.features)],
+        lambda raw: Protocol(raw[0], tuple(raw[1])),
+    ),
+    "column_types": (
+        lambda types: [[c, t.value, v] for c, (t, v) in sorted(types.items())],
+        lambda raw: {c: (ColumnType(t), v) for c, t, v in raw},
+    ),
+}
+"""How each field that is not a plain JSON value is written into key-frame metadata and read back."""
 
 
 def path_key(path: str, location: str | None) -> str:

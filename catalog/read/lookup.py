@@ -1,10 +1,10 @@
-"""The reader's lookup chain (docs/PROTOCOL.md §6): Redis → object storage → Kafka, each a fallback.
+"""The reader's lookup chain (docs/PROTOCOL.md §3): Redis → object storage → Kafka, each a fallback.
 
 Every step returns a ``FrameView`` covering the log up to some offset, or None when it
 cannot answer; the next step picks up from there. Kafka is the arbiter: records the
 materializer has not judged yet are judged here by the same rules, on a light image
-rebuilt from the key frame (plus the accepted deltas Redis already holds), so a reader
-that names a version gets exactly that version even while the materializer lags.
+rebuilt from the key frame plus the accepted deltas after it, so a reader that names a
+version gets exactly that version even while the materializer lags.
 """
 
 from __future__ import annotations
@@ -12,15 +12,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame, DecodeError, ServiceUnavailable
-from segcat.catalog.log.reader import LogReader
-from segcat.catalog.protocol import codec, rules, versions
-from segcat.catalog.protocol.model import Commit
-from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.log.follower import Follower
+from segcat.catalog.protocol import codec, versions
+from segcat.catalog.protocol.delta import CommitDelta
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import AcceptedCommit, FrameView
 from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis_store import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 
@@ -29,17 +31,19 @@ log = logging.getLogger("segcat.reader")
 
 @dataclass(frozen=True)
 class Found:
+    """What a source answered: the view, who answered, and where the view started."""
+
     frame: FrameView
     origin: str
     keyframe: keyframe.KeyFrame | None = None
-    """Where ``frame`` started: a Kafka tail rebuilds its judging image from this ..."""
-    accepted: tuple[AcceptedCommit, ...] = ()
-    """... plus these accepted commits after it (Redis deltas), up to ``frame.offset``."""
+    """The key frame ``frame`` started from (None: the empty table) ..."""
+    deltas: tuple[CommitDelta, ...] = ()
+    """... and the accepted deltas applied after it, up to ``frame.offset``."""
 
 
-def _decode(value: bytes) -> Commit | None:
+def _delta(version: int, timestamp_ms: int, value: bytes) -> CommitDelta | None:
     try:
-        return codec.decode_commit(value)
+        return CommitDelta(version, timestamp_ms, codec.decode_commit(value))
     except DecodeError:
         return None
 
@@ -61,79 +65,73 @@ def from_redis(redis: RedisStore, table: str, bound: int | None) -> Found | None
         return None
     if bound is not None and bound < frame.offset:
         return None  # older than the cached key frame: object storage answers
-    commits: list[AcceptedCommit] = []
-    for delta in loaded.deltas:
-        if bound is not None and delta.version > bound:
+    deltas: list[CommitDelta] = []
+    for entry in loaded.deltas:
+        if bound is not None and entry.version > bound:
             break
-        commit = _decode(delta.value)
-        if commit is None:
+        delta = _delta(entry.version, entry.timestamp_ms, entry.value)
+        if delta is None:
             return None
-        commits.append((delta.version, delta.timestamp_ms, commit))
+        deltas.append(delta)
     head_offset = loaded.head.offset
     reach = head_offset if bound is None else min(bound, head_offset)
     versions.check_supported(frame.protocol, table)
-    view = frame.apply(commits, offset=max(reach, frame.offset))
-    return Found(view, "redis", start, tuple(commits))
+    view = frame.apply(deltas, offset=max(reach, frame.offset))
+    return Found(view, "redis", start, tuple(deltas))
 
 
-def from_object_store(files: TableFiles, bound: int | None) -> tuple[Found | None, keyframe.KeyFrame | None]:
-    """The newest valid key frame ≤ ``bound`` plus the archived commits up to ``bound``.
-
-    Also returns the key frame itself, so a Kafka tail can start from it.
-    """
+def from_object_store(files: TableFiles, bound: int | None) -> Found | None:
+    """The newest valid key frame ≤ ``bound`` plus the archived commits up to ``bound``."""
     try:
         frame = files.newest_valid_keyframe(at_most=bound)
     except OSError as exc:
         log.info("object storage cannot answer", extra={"table": files.name.qualified, "reason": str(exc)})
-        return None, None
+        return None
     if frame is None:
-        return None, None
+        return None
     view = FrameView.from_keyframe(frame)
     versions.check_supported(view.protocol, files.name.qualified)
     if bound is None or bound <= view.offset:
-        return Found(view, "object-store", frame), frame
-    commits: list[AcceptedCommit] = []
+        return Found(view, "object-store", frame)
+    deltas: list[CommitDelta] = []
     try:
         for archived in files.archives_between(view.version, bound):
-            commit = _decode(archived.value)
-            if commit is None:
+            delta = _delta(archived.version, archived.timestamp_ms, archived.value)
+            if delta is None:
                 raise CorruptArchive(f"undecodable commit at version {archived.version}")
-            commits.append((archived.version, archived.timestamp_ms, commit))
+            deltas.append(delta)
     except (ArchiveGap, CorruptArchive, OSError):
-        commits = []  # the rest comes from Kafka
-    reach = commits[-1][0] if commits else view.offset
-    return Found(view.apply(commits, offset=reach), "object-store", frame, tuple(commits)), frame
+        deltas = []  # the rest comes from Kafka
+    reach = deltas[-1].version if deltas else view.offset
+    return Found(view.apply(deltas, offset=reach), "object-store", frame, tuple(deltas))
 
 
 def judging_image(found: Found, table: str) -> TableState:
-    """The image the rules need at ``found.frame.offset``: key frame (light) + accepted commits."""
+    """The image the rules need at ``found.frame.offset``: the key frame's (light) + the deltas.
+
+    Only accepted commits change what the rules look at, so this judges the next record
+    exactly as a replay from offset 0 would.
+    """
     state = keyframe.light_state(found.keyframe) if found.keyframe is not None else TableState(table)
-    for version, timestamp_ms, commit in found.accepted:
-        if version > state.version:
-            rules.fold_accepted(state, version, timestamp_ms, commit)
+    for delta in found.deltas:
+        if delta.version > state.version:
+            state.apply(delta)
     state.version = max(state.version, found.frame.offset)
     return state
 
 
 def kafka_tail(
-    reader: LogReader, start: keyframe.KeyFrame | TableState | None, table: str, after: int, bound: int | None
-) -> tuple[list[AcceptedCommit], int]:
-    """Judge the log records after ``start`` up to ``bound``; the accepted ones after ``after``.
-
-    Returns them with the last offset read. The image is ``start`` itself (a judging image),
-    a key frame's light image (no stats needed to judge) or the empty table.
-    """
-    if isinstance(start, TableState):
-        state = start
-    else:
-        state = keyframe.light_state(start) if start is not None else TableState(table)
-    accepted: list[AcceptedCommit] = []
+    config: Config, name: TableName, image: TableState, after: int, bound: int | None
+) -> tuple[list[CommitDelta], int]:
+    """Judge the log after ``image`` up to ``bound`` (None: its end): the accepted deltas after
+    ``after``, and the last offset judged."""
+    accepted: list[CommitDelta] = []
 
     def collect(applied: Applied, _: TableState) -> None:
-        v = applied.verdict
-        if v.outcome is Outcome.ACCEPTED and applied.commit is not None and v.offset > after:
-            accepted.append((v.offset, applied.timestamp_ms, applied.commit))
+        delta = applied.delta
+        if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None and delta.version > after:
+            accepted.append(delta)
 
-    end = None if bound is None else bound + 1
-    replay(reader.read(state.version + 1, end), state, upto=bound, listener=collect)
-    return accepted, state.version
+    with Follower(config, name, image) as follower:
+        follower.catch_up(bound, listener=collect, exact=True)
+        return accepted, follower.state.version

@@ -1,7 +1,7 @@
 """A table at one version: the live segments and everything else a reader needs.
 
-Backed either by a ``TableState`` (a replay) or by a ``FrameView`` (a key frame plus
-deltas, all Arrow); readers see the same API and the same answers from both.
+One head, the Arrow frame (a key frame plus deltas, or a replayed image turned into one),
+whichever source answered: readers list, prune and diff on its columns.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from segcat.catalog.protocol import locations
 from segcat.catalog.protocol.expressions import Predicate, bloom_excludes
 from segcat.catalog.protocol.model import BloomFilter, Protocol, Segment, Tombstone
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.segments_arrow import segments_table
+from segcat.catalog.storage.frame_view import FrameView
 
 
 @dataclass(frozen=True)
@@ -37,15 +36,14 @@ class Snapshot:
 
     def __init__(
         self,
-        source: TableState | FrameView,
+        frame: FrameView | TableState,
         table_root: str,
         *,
         origin: str = "kafka",
         note: str | None = None,
         behind: int | None = 0,
     ) -> None:
-        self._state = source if isinstance(source, TableState) else None
-        self._frame = source if isinstance(source, FrameView) else None
+        self._view = frame if isinstance(frame, FrameView) else FrameView.from_state(frame)
         self._fallback_root = table_root.rstrip("/")
         self._root = (self.location or table_root).rstrip("/")
         self.origin = origin
@@ -61,49 +59,49 @@ class Snapshot:
 
     @property
     def table(self) -> str:
-        return self._state.table if self._state is not None else self._view.table
+        return self._view.table
 
     @property
     def version(self) -> int:
-        return self._state.last_accepted_version if self._state is not None else self._view.version
+        return self._view.version
 
     @property
     def timestamp_ms(self) -> int:
-        return self._state.last_accepted_timestamp_ms if self._state is not None else self._view.timestamp_ms
+        return self._view.timestamp_ms
 
     @property
     def schema(self) -> str | None:
-        return self._state.schema if self._state is not None else self._view.schema
+        return self._view.schema
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self._state.properties if self._state is not None else self._view.properties)
+        return dict(self._view.properties)
 
     @property
     def tombstones(self) -> tuple[Tombstone, ...]:
-        return tuple(self._state.tombstones) if self._state is not None else self._view.tombstones
+        return self._view.tombstones
 
     @property
     def live_count(self) -> int:
-        return self._state.live_count if self._state is not None else self._view.live_count
+        return self._view.live_count
 
     @property
     def live_rows(self) -> int:
-        return self._state.live_rows if self._state is not None else self._view.live_rows
+        return self._view.live_rows
 
     @property
     def live_bytes(self) -> int:
-        return self._state.live_bytes if self._state is not None else self._view.live_bytes
+        return self._view.live_bytes
 
     @property
     def offset(self) -> int:
         """The last log offset this snapshot covers (≥ ``version``; records after ``version`` up to
         here were not accepted)."""
-        return self._state.version if self._state is not None else self._view.offset
+        return self._view.offset
 
     @property
     def protocol(self) -> Protocol:
-        return self._state.protocol if self._state is not None else self._view.protocol
+        return self._view.protocol
 
     @property
     def location(self) -> str | None:
@@ -122,30 +120,19 @@ class Snapshot:
         except ValueError:
             return ()
 
-    @property
-    def _view(self) -> FrameView:
-        assert self._frame is not None
-        return self._frame
-
     # ------------------------------------------------------------------ segments
 
     @cached_property
     def segments(self) -> pa.Table:
         """Live segments, one row each: ids, paths, sizes and typed ``min:``/``max:``/``nulls:`` stats."""
-        if self._state is not None:
-            return segments_table(self._state.segments.values(), self._state.stats_types())
         rows = self._view.rows
         return rows.drop_columns(["segment_avro"]) if "segment_avro" in rows.column_names else rows
 
     def segment_ids(self) -> frozenset[str]:
-        if self._state is not None:
-            return frozenset(self._state.segments)
         return frozenset(self._view.rows.column("segment_id").to_pylist())
 
     def segment_list(self) -> list[Segment]:
         """Every live segment as a ``Segment`` (decoded on demand), ordered by id."""
-        if self._state is not None:
-            return [self._state.segments[k].segment for k in sorted(self._state.segments)]
         rows = self._view.rows
         if rows.num_rows == 0:
             return []
@@ -206,12 +193,6 @@ class Snapshot:
                         keep[row] = False
                 mask = pa.array(keep, type=pa.bool_())
         kept_ids = frozenset(table.filter(mask).column("segment_id").to_pylist())
-        if self._state is not None:
-            pruned = self._state.copy()
-            pruned.segments = {k: v for k, v in pruned.segments.items() if k in kept_ids}
-            pruned.live_rows = sum(v.segment.row_count for v in pruned.segments.values())
-            pruned.live_bytes = sum(v.segment.size_bytes for v in pruned.segments.values())
-            return Snapshot(pruned, self._fallback_root, origin=self.origin)
         rows = self._view.rows
         rows = rows.filter(
             pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(kept_ids), pa.string()))
@@ -234,8 +215,6 @@ class Snapshot:
     def _select(self, ids: frozenset[str]) -> tuple[Segment, ...]:
         if not ids:
             return ()
-        if self._state is not None:
-            return tuple(self._state.segments[k].segment for k in sorted(ids))
         rows = self._view.rows
         wanted = pa.array(sorted(ids), pa.string())
         picked = replace(self._view, rows=rows.filter(pc.is_in(rows.column("segment_id"), value_set=wanted)))

@@ -16,18 +16,19 @@ from dataclasses import dataclass
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, InvalidCommit, ServiceUnavailable, VersionNotFound
 from segcat.catalog.log.commit_producer import produce_commit
+from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
 from segcat.catalog.protocol import locations, versions
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
-from segcat.catalog.protocol.replay import Applied, Listener, replay
+from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
 from segcat.catalog.read import lookup
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.watch import Watcher
+from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis_store import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
@@ -192,12 +193,10 @@ class Table:
         The slow, always-correct path: what every faster source must agree with.
         """
         bound = self.resolve_version(version, as_of_ms).bound
-        state = TableState(self.name.qualified)
         if bound < 0:
-            return state
-        with self._reader() as reader:
-            replay(reader.read(0, bound + 1), state, upto=bound, listener=listener)
-        return state
+            return TableState(self.name.qualified)
+        with Follower(self.config, self.name) as follower:
+            return follower.catch_up(bound, listener=listener, exact=True)
 
     def snapshot(
         self,
@@ -228,21 +227,21 @@ class Table:
         if "redis" in sources and self.redis is not None:
             found = lookup.from_redis(self.redis, self.name.qualified, bound)
         if found is None and "object-store" in sources and self.files is not None:
-            found, _ = lookup.from_object_store(self.files, bound)
+            found = lookup.from_object_store(self.files, bound)
         if found is not None and found.frame.offset >= bound:
             return self._snapshot(found.frame, found.origin, resolved)
         if "kafka" not in sources:
             raise VersionNotFound(f"no source among {sources} reaches version {bound} of {self.name}")
         if found is None:
-            return self._snapshot(self.state(bound, listener=listener), "kafka", resolved)
+            replayed = self.state(bound, listener=listener)
+            return self._snapshot(FrameView.from_state(replayed), "kafka", resolved)
         image = lookup.judging_image(found, self.name.qualified)
-        with self._reader() as reader:
-            tail, last = lookup.kafka_tail(reader, image, self.name.qualified, found.frame.offset, bound)
+        tail, last = lookup.kafka_tail(self.config, self.name, image, found.frame.offset, bound)
         frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
         return self._snapshot(frame, found.origin if not tail else f"{found.origin}+kafka", resolved)
 
-    def _snapshot(self, source: TableState | FrameView, origin: str, resolved: Resolved) -> Snapshot:
-        return Snapshot(source, self.root, origin=origin, note=resolved.note, behind=0)
+    def _snapshot(self, frame: FrameView, origin: str, resolved: Resolved) -> Snapshot:
+        return Snapshot(frame, self.root, origin=origin, note=resolved.note, behind=0)
 
     def _materialized_head(self) -> Snapshot | None:
         """Redis' head as it is, with how far it trails the log (None: Redis cannot answer)."""
@@ -299,6 +298,7 @@ class Table:
                 return verdict.original_version
             raise InvalidCommit(f"{verdict.outcome.value}: {verdict.detail}", version=offset)
         raise ServiceUnavailable(f"the record at offset {offset} of {self.name} was not read back")
+
     def head_offset(self) -> int:
         """The offset of the newest record (-1 for an empty topic)."""
         return self.log_end()
@@ -309,14 +309,10 @@ class Table:
         Judging starts from the newest key frame before ``start`` (Redis or object storage),
         so listing the tail of a long log does not replay it from offset 0.
         """
-        state = self._image_before(start)
         collected: list[Applied] = []
-        with self._reader() as reader:
-            replay(
-                reader.read(state.version + 1, end),
-                state,
-                listener=lambda applied, _: collected.append(applied),
-            )
+        with Follower(self.config, self.name, self._image_before(start)) as follower:
+            upto = follower.log_end() if end is None else end - 1
+            follower.catch_up(upto, listener=lambda applied, _: collected.append(applied), exact=True)
         for applied in collected:
             if applied.verdict.offset >= start:
                 yield applied
@@ -330,7 +326,7 @@ class Table:
         if self.redis is not None:
             found = lookup.from_redis(self.redis, self.name.qualified, start - 1)
         if found is None and self.files is not None:
-            found, _ = lookup.from_object_store(self.files, start - 1)
+            found = lookup.from_object_store(self.files, start - 1)
         if found is None or found.frame.offset >= start:
             return empty
         return lookup.judging_image(found, self.name.qualified)

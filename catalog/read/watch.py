@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import DecodeError, ServiceUnavailable
-from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.follower import Follower
 from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.replay import Applied, replay
+from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.frame_view import AcceptedCommit
-from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.redis_store import RedisStore, Subscription, VersionEvent, chain_is_complete
 from segcat.catalog.storage.table_files import TableFiles
 
@@ -62,54 +61,28 @@ def _from_event(event: VersionEvent) -> VersionChange:
     )
 
 
-def _from_commit(table: str, prev: int, item: AcceptedCommit, source: str) -> VersionChange:
-    version, ts, commit = item
+def _from_delta(table: str, prev: int, delta: CommitDelta, source: str) -> VersionChange:
     return VersionChange(
         table,
-        version,
+        delta.version,
         prev,
-        ts,
-        commit.commit_id,
-        commit.operation.value,
-        [s.segment_id for s in commit.adds],
-        list(commit.drops),
+        delta.timestamp_ms,
+        delta.commit_id,
+        delta.operation.value,
+        [s.segment_id for s in delta.added],
+        list(delta.dropped),
+        delta.rows_delta,
+        delta.bytes_delta,
         source=source,
     )
 
 
-class KafkaFollower:
-    """Judges the log incrementally from a light image; yields the accepted commits."""
+def _accepted(found: list[CommitDelta]) -> Listener:
+    def collect(applied: Applied, _: TableState) -> None:
+        if applied.verdict.outcome is Outcome.ACCEPTED and applied.delta is not None:
+            found.append(applied.delta)
 
-    def __init__(self, config: Config, name: TableName, files: TableFiles | None, after: int) -> None:
-        frame = (
-            files.newest_valid_keyframe(at_most=max(after, -1)) if files is not None and after >= 0 else None
-        )
-        self._state = keyframe.light_state(frame) if frame is not None else TableState(name.qualified)
-        self._reader = LogReader(config, name)
-        self._reader.seek(self._state.version + 1)
-
-    def close(self) -> None:
-        self._reader.close()
-
-    def poll(self, timeout_s: float) -> list[AcceptedCommit]:
-        found: list[AcceptedCommit] = []
-
-        def collect(applied: Applied, _: TableState) -> None:
-            if applied.verdict.outcome is Outcome.ACCEPTED and applied.commit is not None:
-                found.append((applied.verdict.offset, applied.timestamp_ms, applied.commit))
-
-        replay(self._reader.poll_batch(timeout_s), self._state, listener=collect)
-        return found
-
-    def until(self, offset: int, timeout_s: float) -> list[AcceptedCommit]:
-        """Everything up to ``offset`` (which the caller knows exists)."""
-        found: list[AcceptedCommit] = []
-        while self._state.version < offset:
-            batch = self.poll(timeout_s)
-            found.extend(batch)
-            if not batch and self._reader.position() > offset:
-                break
-        return found
+    return collect
 
 
 class Watcher:
@@ -132,7 +105,7 @@ class Watcher:
         self.last = from_version
         self._poll_s = poll_s
         self._sub: Subscription | None = None
-        self._follower: KafkaFollower | None = None
+        self._follower: Follower | None = None
         self._closed = False
 
     def __enter__(self) -> Watcher:
@@ -158,7 +131,9 @@ class Watcher:
                     log.info("pub/sub unavailable, tailing the log", extra={"reason": str(exc)})
                     self._drop_subscription()
             if self._sub is None:
-                yield from self._emit(self._kafka().poll(self._poll_s), "kafka")
+                found: list[CommitDelta] = []
+                self._kafka().poll(self._poll_s, listener=_accepted(found))
+                yield from self._emit(found, "kafka")
                 continue
             try:
                 event = self._sub.get(timeout=self._poll_s)
@@ -181,12 +156,11 @@ class Watcher:
             yield from self._emit(items, "stream")
             return
         follower = self._kafka()
-        if upto is None:
-            with LogReader(self._config, self._name) as reader:
-                upto = reader.watermarks()[1] - 1
-        yield from self._emit(follower.until(upto, self._poll_s), "kafka")
+        found: list[CommitDelta] = []
+        follower.catch_up(upto, listener=_accepted(found))
+        yield from self._emit(found, "kafka")
 
-    def _from_stream(self, upto: int | None) -> list[AcceptedCommit] | None:
+    def _from_stream(self, upto: int | None) -> list[CommitDelta] | None:
         """The accepted commits in (last, upto] from Redis, or None if it can't prove coverage."""
         if self._redis is None:
             return None
@@ -202,24 +176,26 @@ class Watcher:
             return None
         if not chain_is_complete(self.last, deltas, end_version=target):
             return None
-        items: list[AcceptedCommit] = []
-        for delta in deltas:
+        items: list[CommitDelta] = []
+        for entry in deltas:
             try:
-                items.append((delta.version, delta.timestamp_ms, codec.decode_commit(delta.value)))
+                items.append(CommitDelta(entry.version, entry.timestamp_ms, codec.decode_commit(entry.value)))
             except DecodeError:
                 return None
         return items
 
-    def _emit(self, items: list[AcceptedCommit], source: str) -> Iterator[VersionChange]:
-        for item in items:
-            if item[0] > self.last:
-                change = _from_commit(self._name.qualified, self.last, item, source)
-                self.last = item[0]
+    def _emit(self, items: list[CommitDelta], source: str) -> Iterator[VersionChange]:
+        for delta in items:
+            if delta.version > self.last:
+                change = _from_delta(self._name.qualified, self.last, delta, source)
+                self.last = delta.version
                 yield change
 
-    def _kafka(self) -> KafkaFollower:
+    def _kafka(self) -> Follower:
         if self._follower is None:
-            self._follower = KafkaFollower(self._config, self._name, self._files, self.last)
+            self._follower = Follower.from_keyframe(self._config, self._name, self._files, at_most=self.last)
+            # the image at the last version emitted (or the log's end, if that is before it)
+            self._follower.catch_up(min(self.last, self._follower.log_end()), exact=True)
         return self._follower
 
     def _drop_subscription(self) -> None:

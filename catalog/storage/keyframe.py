@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,14 +25,15 @@ import pyarrow.parquet as pq
 from segcat.catalog.errors import CorruptKeyFrame
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.column_types import arrow_type
-from segcat.catalog.protocol.model import ColumnType, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.model import ColumnType, Segment
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.storage.segments_arrow import BASE_SCHEMA, segments_table
 
-FORMAT_VERSION = 2
-"""2: protocol, column types and the segments' Avro layout in the metadata, ``nans:`` columns.
-Format 1 frames (segments in commit layout v2, no protocol: a v1 table) still load."""
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+"""3: the image's fields as ``TableState.to_meta`` writes them. 2: protocol, column types and the
+segments' Avro layout in the metadata, ``nans:`` columns. Format 1 frames (segments in commit
+layout v2, no protocol: a protocol-1 table) still load."""
+READABLE_FORMATS = (1, 2, 3)
 _LAYOUT_V2 = bytes.fromhex("dcb115706142297a")
 """The commit layout format-1 key frames encoded their segments with."""
 META_KEY = b"segcat.keyframe"
@@ -85,29 +85,7 @@ def decode_segments(encoded: Iterable[bytes], layout: bytes | None = None) -> li
 
 
 def _meta(state: TableState, layout: bytes) -> dict[str, Any]:
-    return {
-        "format_version": FORMAT_VERSION,
-        "segment_layout": layout.hex(),
-        "protocol": [state.protocol.version, list(state.protocol.features)],
-        "column_types": [[c, t.value, v] for c, (t, v) in sorted(state.column_types.items())],
-        "table": state.table,
-        "version": state.version,
-        "last_accepted_version": state.last_accepted_version,
-        "last_accepted_timestamp_ms": state.last_accepted_timestamp_ms,
-        "last_commit_id": state.last_commit_id,
-        "tombstones": [[t.predicate, t.version] for t in state.tombstones],
-        "schema": state.schema,
-        "schema_version": state.schema_version,
-        "properties": state.properties,
-        "partition_touched": [[p, v] for p, v in state.partition_touched.items()],
-        "last_data_version": state.last_data_version,
-        "last_tombstone_version": state.last_tombstone_version,
-        "recent_commits": list(state.recent_commits.items()),
-        "recently_dropped": list(state.recently_dropped.items()),
-        "live_bytes": state.live_bytes,
-        "live_rows": state.live_rows,
-        "counts": [state.accepted, state.rejected, state.invalid, state.duplicates],
-    }
+    return {"format_version": FORMAT_VERSION, "segment_layout": layout.hex(), **state.to_meta()}
 
 
 def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray) -> str:
@@ -187,18 +165,9 @@ def _column_types(meta: dict[str, Any], table: pa.Table) -> dict[str, tuple[Colu
     return found
 
 
-@dataclass(frozen=True)
-class MetaExtras:
-    """What a reader's view needs from the metadata beyond the scalars."""
-
-    protocol: Protocol
-    column_types: dict[str, ColumnType]
-
-
-def meta_extras(frame: KeyFrame) -> MetaExtras:
-    version, features = frame.meta.get("protocol", [1, []])
-    types = _column_types(frame.meta, frame.table)
-    return MetaExtras(Protocol(version, tuple(features)), {c: t for c, (t, _) in types.items()})
+def header(frame: KeyFrame) -> TableState:
+    """The frame's image without its segments (what a reader's view needs beside the rows)."""
+    return _state_from_meta(frame.meta, {}, frame.table)
 
 
 def light_state(frame: KeyFrame) -> TableState:
@@ -289,32 +258,7 @@ def state_from_keyframe(frame: KeyFrame) -> TableState:
 
 
 def _state_from_meta(meta: dict[str, Any], segments: dict[str, LiveSegment], table: pa.Table) -> TableState:
-    accepted, rejected, invalid, duplicates = meta["counts"]
-    protocol_version, features = meta.get("protocol", [1, []])
-    state = TableState(
-        table=meta["table"],
-        version=meta["version"],
-        last_accepted_version=meta["last_accepted_version"],
-        last_accepted_timestamp_ms=meta["last_accepted_timestamp_ms"],
-        last_commit_id=meta["last_commit_id"],
-        segments=segments,
-        tombstones=[Tombstone(p, v) for p, v in meta["tombstones"]],
-        schema=meta["schema"],
-        schema_version=meta["schema_version"],
-        properties=dict(meta["properties"]),
-        partition_touched={p: v for p, v in meta["partition_touched"]},
-        last_data_version=meta["last_data_version"],
-        last_tombstone_version=meta["last_tombstone_version"],
-        recent_commits=OrderedDict((k, v) for k, v in meta["recent_commits"]),
-        recently_dropped=OrderedDict((k, v) for k, v in meta["recently_dropped"]),
-        live_bytes=meta["live_bytes"],
-        live_rows=meta["live_rows"],
-        accepted=accepted,
-        rejected=rejected,
-        invalid=invalid,
-        duplicates=duplicates,
-        protocol=Protocol(protocol_version, tuple(features)),
-        column_types=_column_types(meta, table),
-    )
-    state.index_paths()
+    state = TableState.from_meta(meta, segments)
+    if "column_types" not in meta:  # format 1: the typed columns say what the types were
+        state.column_types = _column_types(meta, table)
     return state

@@ -1,9 +1,10 @@
-"""A reader's view of a table built from a key frame plus accepted commits, all in Arrow.
+"""The Arrow form of a table's image: a key frame's rows plus the deltas after it.
 
-Applying a batch of accepted commits is one ``is_in`` filter and one concat, so catching
-a key frame up over thousands of deltas stays vectorised. Only ACCEPTED commits are
-applied here (the Redis stream and the commit archives hold nothing else); judging raw
-records is the rules' job, never this module's.
+Applying a batch of deltas is one ``is_in`` filter and one concat, so catching a key frame
+up over thousands of deltas stays vectorised. The same ``CommitDelta`` the in-memory image
+applies is applied here (the Redis stream and the commit archives hold accepted commits
+only); judging raw records is the rules' job, never this module's. The materializer keeps
+its key frames' rows in this form; readers list and prune on it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from segcat.catalog.protocol import codec
-from segcat.catalog.protocol.model import ColumnType, Commit, Protocol, Tombstone
+from segcat.catalog.protocol.delta import CommitDelta, apply_properties
+from segcat.catalog.protocol.model import ColumnType, Protocol, Tombstone
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.keyframe import KeyFrame
-
-AcceptedCommit = tuple[int, int, Commit]
-"""(version, broker timestamp ms, commit)."""
 
 
 @dataclass(frozen=True)
@@ -47,48 +46,41 @@ class FrameView:
 
     @classmethod
     def from_keyframe(cls, frame: KeyFrame) -> FrameView:
-        meta = frame.meta
-        state_bits = keyframe.meta_extras(frame)
-        return cls(
-            table=meta["table"],
-            rows=frame.table.replace_schema_metadata(None),
-            offset=meta["version"],
-            version=meta["last_accepted_version"],
-            timestamp_ms=meta["last_accepted_timestamp_ms"],
-            tombstones=tuple(Tombstone(p, v) for p, v in meta["tombstones"]),
-            schema=meta["schema"],
-            properties=dict(meta["properties"]),
-            live_rows=meta["live_rows"],
-            live_bytes=meta["live_bytes"],
-            protocol=state_bits.protocol,
-            column_types=state_bits.column_types,
-            layout=frame.layout,
-        )
+        return cls.of(keyframe.header(frame), frame.table.replace_schema_metadata(None), frame.layout)
 
     @classmethod
     def from_state(cls, state: TableState) -> FrameView:
+        rows = keyframe.segment_rows(state.segments.values(), state.stats_types())
+        return cls.of(state, rows, codec.current_fingerprint())
+
+    @classmethod
+    def of(cls, image: TableState, rows: pa.Table, layout: bytes) -> FrameView:
+        """``rows`` (the image's segments) beside everything else of ``image``."""
         return cls(
-            table=state.table,
-            rows=keyframe.segment_rows(state.segments.values(), state.stats_types()),
-            offset=state.version,
-            version=state.last_accepted_version,
-            timestamp_ms=state.last_accepted_timestamp_ms,
-            tombstones=tuple(state.tombstones),
-            schema=state.schema,
-            properties=dict(state.properties),
-            live_rows=state.live_rows,
-            live_bytes=state.live_bytes,
-            protocol=state.protocol,
-            column_types=state.stats_types(),
+            table=image.table,
+            rows=rows,
+            offset=image.version,
+            version=image.last_accepted_version,
+            timestamp_ms=image.last_accepted_timestamp_ms,
+            tombstones=tuple(image.tombstones),
+            schema=image.schema,
+            properties=dict(image.properties),
+            live_rows=image.live_rows,
+            live_bytes=image.live_bytes,
+            protocol=image.protocol,
+            column_types=image.stats_types(),
+            layout=layout,
         )
 
     @property
     def live_count(self) -> int:
         return int(self.rows.num_rows)
 
-    def apply(self, commits: Iterable[AcceptedCommit], *, offset: int | None = None) -> FrameView:
-        """This view after ``commits`` (accepted, in version order, all after ``self.offset``)."""
-        batch = [c for c in commits if c[0] > self.offset]
+    def apply(self, deltas: Iterable[CommitDelta], *, offset: int | None = None) -> FrameView:
+        """This view after ``deltas`` (accepted, in version order, all after ``self.offset``),
+        covering the log up to ``offset`` when given (records after the last delta that were
+        not accepted)."""
+        batch = [d for d in deltas if d.version > self.offset]
         if not batch:
             return self if offset is None or offset <= self.offset else replace(self, offset=offset)
         pending: dict[str, LiveSegment] = {}
@@ -98,24 +90,20 @@ class FrameView:
         schema = self.schema
         protocol = self.protocol
         column_types = dict(self.column_types)
-        for version, _, commit in batch:
-            for drop in commit.drops:
+        for delta in batch:
+            for drop in delta.dropped:
                 if pending.pop(drop, None) is None:
                     dropped.add(drop)
-            for segment in commit.adds:
-                pending[segment.segment_id] = LiveSegment(segment, version)
+            for segment in delta.added:
+                pending[segment.segment_id] = LiveSegment(segment, delta.version)
                 for stats in segment.stats:
                     column_types.setdefault(stats.column, stats.type)
-            if commit.protocol is not None:
-                protocol = commit.protocol
-            tombstones.extend(Tombstone(t.predicate, version) for t in commit.tombstones)
-            if commit.schema is not None:
-                schema = commit.schema
-            for key, value in commit.table_properties.items():
-                if value is None:
-                    properties.pop(key, None)
-                else:
-                    properties[key] = value
+            tombstones.extend(delta.tombstones)
+            if delta.schema is not None:
+                schema = delta.schema
+            apply_properties(properties, delta.table_properties)
+            if delta.protocol is not None:
+                protocol = delta.protocol
         rows = self.rows
         live_rows, live_bytes = self.live_rows, self.live_bytes
         if dropped:
@@ -129,13 +117,13 @@ class FrameView:
             live_rows += sum(item.segment.row_count for item in pending.values())
             live_bytes += sum(item.segment.size_bytes for item in pending.values())
             rows = pa.concat_tables([rows, added], promote_options="permissive") if rows.num_rows else added
-        last_version, last_ts, _ = batch[-1]
+        last = batch[-1]
         return FrameView(
             table=self.table,
             rows=rows,
-            offset=max(last_version, offset if offset is not None else last_version),
-            version=last_version,
-            timestamp_ms=last_ts,
+            offset=max(last.version, offset if offset is not None else last.version),
+            version=last.version,
+            timestamp_ms=last.timestamp_ms,
             tombstones=tuple(tombstones),
             schema=schema,
             properties=properties,

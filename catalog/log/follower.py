@@ -1,0 +1,118 @@
+"""Follow a table's log: one image kept current by the rules, each record handed out judged.
+
+Start from an image (a writer's, a reader's judging image) or from the newest key frame at
+or before a version, then read the records after it in order; every record goes through
+the rules, and a listener sees each one judged (the accepted ones with their delta). The
+writer's image, a reader's Kafka tail, ``watch()`` without Redis and the Spark source all
+follow a table this way (as Schema Registry's KafkaStore follows its topic), so learning
+the verdict on a new commit costs one short fetch, not a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from types import TracebackType
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import ServiceUnavailable
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.replay import Listener, replay
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.storage import keyframe
+from segcat.catalog.storage.table_files import TableFiles
+
+log = logging.getLogger("segcat.follower")
+
+
+class Follower:
+    """A table's image, and a reader positioned right after the last record it applied."""
+
+    def __init__(self, config: Config, name: TableName, image: TableState | None = None) -> None:
+        self.state = image if image is not None else TableState(name.qualified)
+        self._name = name
+        self._reader = LogReader(config, name)
+        self._timeout = config.request_timeout_s
+        self._reader.seek(self.state.version + 1)
+        self._position = self.state.version + 1
+
+    @classmethod
+    def from_keyframe(
+        cls,
+        config: Config,
+        name: TableName,
+        files: TableFiles | None,
+        *,
+        at_most: int | None = None,
+        full: bool = False,
+    ) -> Follower:
+        """Start from the newest valid key frame with version ≤ ``at_most`` (any, if None).
+
+        ``full`` loads every segment's stats (an image that writes key frames); otherwise the
+        light image, which is all the rules need to judge. Without a usable key frame (none,
+        or object storage unreachable) the image is the empty table, at offset -1.
+        """
+        frame = None
+        if files is not None and (at_most is None or at_most >= 0):
+            try:
+                frame = files.newest_valid_keyframe(at_most=at_most)
+            except OSError as exc:
+                log.warning("object storage unavailable; following from offset 0", extra={"error": str(exc)})
+        image = None if frame is None else (frame.state() if full else keyframe.light_state(frame))
+        return cls(config, name, image)
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._reader.close()
+
+    @property
+    def position(self) -> int:
+        """The next offset the follower will apply."""
+        return self._position
+
+    def log_end(self) -> int:
+        """The offset of the newest record in the topic (-1 when empty): one watermark request."""
+        return self._reader.watermarks()[1] - 1
+
+    def catch_up(
+        self, upto: int | None = None, listener: Listener | None = None, *, exact: bool = False
+    ) -> TableState:
+        """Apply records until the image has seen offset ``upto`` (default: the log's end now).
+
+        With ``exact`` the image stops at ``upto`` even when a fetch brought records after
+        it (a reader asked for a version); otherwise it applies whatever the fetch brought.
+        """
+        target = self.log_end() if upto is None else upto
+        deadline = time.monotonic() + self._timeout
+        while self._position <= target:
+            batch = self._reader.poll_batch(0.2)
+            if batch:
+                replay(batch, self.state, upto=target if exact else None, listener=listener)
+                self._position = self.state.version + 1
+                if exact and batch[-1].offset > target:
+                    self._reader.seek(self._position)
+                deadline = time.monotonic() + self._timeout
+            elif time.monotonic() > deadline:
+                raise ServiceUnavailable(
+                    f"timed out catching up with {self.state.table} at offset {self._position} "
+                    f"(waiting for {target})"
+                )
+            else:
+                self._position = max(self._position, self._reader.position())
+        return self.state
+
+    def poll(self, timeout_s: float, listener: Listener | None = None) -> TableState:
+        """Apply whatever arrives within ``timeout_s`` (the next records after the image)."""
+        batch = self._reader.poll_batch(timeout_s)
+        if batch:
+            replay(batch, self.state, listener=listener)
+            self._position = self.state.version + 1
+        return self.state
