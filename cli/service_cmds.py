@@ -9,7 +9,7 @@ import click
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.cli.params import POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts
 

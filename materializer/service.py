@@ -37,7 +37,7 @@ from segcat.catalog.log.clients import consumer_config
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import endpoints, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay

@@ -25,7 +25,7 @@ from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.archive import ArchivedCommit
 from segcat.catalog.storage.frame_view import FrameView
-from segcat.catalog.storage.redis_store import Head, RecordBatch, RedisStore, VersionEvent
+from segcat.catalog.storage.redis import Head, RecordBatch, RedisStore, VersionEvent
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import metrics
 from segcat.materializer.backoff import RedisGate
@@ -173,13 +173,13 @@ class TableMaterializer:
                 rows_delta=delta.rows_delta or 0,
                 bytes_delta=delta.bytes_delta or 0,
             )
-            self._publish(verdict, prev_version, record.value, event if notify else None, decoded=True)
+            self._publish((prev_version, record.value), event if notify else None)
             metrics.HEAD.labels(self._label).set(self.state.last_accepted_version)
             metrics.LIVE_SEGMENTS.labels(self._label).set(self.state.live_count)
             if self.keyframe_due():
                 self.write_keyframe()
         else:
-            self._publish(verdict, None, None, None, decoded=applied.commit is not None)
+            self._publish(None, None)
         return verdict
 
     def _head(self) -> Head:
@@ -195,16 +195,12 @@ class TableMaterializer:
             offset=state.version,
         )
 
-    def _publish(
-        self,
-        verdict: Verdict,
-        prev_version: int | None,
-        value: bytes | None,
-        event: VersionEvent | None,
-        *,
-        decoded: bool,
-    ) -> None:
-        """Queue this record's Redis writes; ``flush`` sends the queue in one round trip."""
+    def _publish(self, accepted: tuple[int, bytes] | None, event: VersionEvent | None) -> None:
+        """Queue this record's Redis writes; ``flush`` sends the queue in one round trip.
+
+        An accepted commit (``(prev_version, value)``) appends its stream entry and publishes
+        ``event``; any other record only moves the head's offset.
+        """
         if self.redis is None:
             return
         if not self.gate.open():
@@ -215,19 +211,13 @@ class TableMaterializer:
             return
         if self._batch is None:
             self._batch = self.redis.batch()
-        if value is not None and prev_version is not None:
+        if accepted is not None:
+            prev_version, value = accepted
             self._batch.publish_commit(
-                self.name.qualified,
-                self._head(),
-                prev_version=prev_version,
-                value=value,
-                event=event,
-                verdict=verdict,
+                self.name.qualified, self._head(), prev_version=prev_version, value=value, event=event
             )
         else:
-            # garbage that never decoded has no commit id worth answering for
-            keep = decoded and verdict.commit_id is not None and verdict.outcome is not Outcome.PRUNED
-            self._batch.record_outcome(self.name.qualified, self._head(), verdict if keep else None)
+            self._batch.advance_head(self.name.qualified, self._head())
 
     def flush(self) -> None:
         """Send the queued Redis writes (called after every poll batch and before key frames)."""

@@ -32,7 +32,7 @@ from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.redis_store import Head, RedisStore
+from segcat.catalog.storage.redis import Head, RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer.service import Materializer
 from segcat.producers import TableWriter

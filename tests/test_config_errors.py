@@ -11,8 +11,8 @@ import pytest
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
 from segcat.catalog.log.clients import admin_config, check_kafka_settings, consumer_config, producer_config
-from segcat.catalog.storage import redis_store
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import store as redis_store
+from segcat.catalog.storage.redis import RedisStore
 from segcat.local_stack.settings import StackSettings
 
 
@@ -140,10 +140,10 @@ def test_wrong_redis_credentials_warn_once_without_the_password(
     )
     redis_store._credentials_warned.clear()
     store = RedisStore.from_config(bad)
-    with caplog.at_level(logging.INFO, logger="segcat.catalog.storage.redis_store"):
+    with caplog.at_level(logging.INFO, logger="segcat.redis"):
         for _ in range(3):
             with pytest.raises(ServiceUnavailable) as caught:
-                store.ping()
+                store.head("ns.t")
             assert secret not in str(caught.value)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1

@@ -21,7 +21,7 @@ from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.producers import TableWriter
 from tests.factories import segment

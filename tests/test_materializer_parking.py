@@ -29,7 +29,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import metrics, table_materializer
 from segcat.materializer.table_materializer import TableMaterializer

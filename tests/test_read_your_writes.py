@@ -14,7 +14,7 @@ import pytest
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, VersionNotFound
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (

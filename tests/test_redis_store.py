@@ -13,8 +13,7 @@ import pytest
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
-from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
-from segcat.catalog.storage.redis_store import Delta, Head, RedisStore, VersionEvent, chain_is_complete
+from segcat.catalog.storage.redis import Head, RedisStore, StreamEntry, VersionEvent, chain_is_complete, keys
 
 pytestmark = pytest.mark.redis
 
@@ -30,7 +29,8 @@ def store(config: Config) -> Iterator[RedisStore]:
 def table(store: RedisStore, table_name: str) -> Iterator[str]:
     """A fresh table name whose keys are deleted afterwards (the server is shared)."""
     yield table_name
-    store.forget_table(table_name)
+    store.client.delete(keys.head_key(table_name), keys.deltas_key(table_name), keys.keyframe_key(table_name))
+    store.client.srem(keys.TABLES_KEY, table_name)
 
 
 def head_at(offset: int, version: int | None = None, *, keyframe_version: int = -1) -> Head:
@@ -64,6 +64,14 @@ def event_for(table: str, version: int, prev: int) -> VersionEvent:
 
 def value_for(version: int) -> bytes:
     return b"\xc3\x01" + version.to_bytes(8, "little") + b"\x00body\xff"
+
+
+def publish(store: RedisStore, table: str, version: int, prev: int, timestamp_ms: int | None = None) -> bool:
+    """What the materializer writes for one accepted commit (head, stream entry; no event)."""
+    head = head_at(version)
+    if timestamp_ms is not None:
+        head = Head(version, head.commit_id, timestamp_ms, version, 10 * version, 100 * version, -1, version)
+    return store.publish_commit(table, head, prev_version=prev, value=value_for(version), event=None)
 
 
 # ----------------------------------------------------------------------------- head
@@ -130,34 +138,23 @@ def test_head_rejects_offset_below_version() -> None:
 def test_deltas_idempotent_and_ordered(store: RedisStore, table: str) -> None:
     chain = [(0, -1), (3, 0), (4, 3), (9, 4)]
     for version, prev in chain:
-        assert store.append_delta(table, version, prev, 1_000 + version, value_for(version))
-    assert not store.append_delta(table, 4, 3, 1_004, value_for(4))  # same version again
-    assert not store.append_delta(table, 2, 0, 1_002, value_for(2))  # older than the top
+        assert publish(store, table, version, prev, 1_000 + version)
+    assert not publish(store, table, 4, 3, 1_004)  # same version again: the head does not move
+    assert not publish(store, table, 2, 0, 1_002)  # older than the head
     got = store.deltas(table, after_version=-1)
-    assert got == [Delta(v, p, 1_000 + v, value_for(v)) for v, p in chain]
+    assert got == [StreamEntry(v, p, 1_000 + v, value_for(v)) for v, p in chain]
     assert [d.version for d in store.deltas(table, after_version=3)] == [4, 9]
     assert [d.version for d in store.deltas(table, after_version=0, upto=4)] == [3, 4]
     assert [d.version for d in store.deltas(table, after_version=1, upto=8)] == [3, 4]
     assert store.deltas(table, after_version=9) == []
     assert store.deltas(table, after_version=4, upto=4) == []
     with pytest.raises(ValueError):
-        store.append_delta(table, 10, 10, 0, b"")
-
-
-def test_trim_deltas(store: RedisStore, table: str) -> None:
-    for version, prev in [(0, -1), (3, 0), (4, 3), (9, 4)]:
-        store.append_delta(table, version, prev, version, value_for(version))
-    assert store.trim_deltas(table, 3) == 2
-    assert [d.version for d in store.deltas(table, after_version=-1)] == [4, 9]
-    assert store.trim_deltas(table, 3) == 0
-    assert not store.append_delta(table, 3, 0, 3, value_for(3))  # a trimmed version stays refused
-    assert store.trim_deltas(table, 100) == 2
-    assert store.deltas(table, after_version=-1) == []
+        publish(store, table, 10, 10)
 
 
 def test_chain_is_complete() -> None:
-    def d(version: int, prev: int) -> Delta:
-        return Delta(version, prev, 0, b"")
+    def d(version: int, prev: int) -> StreamEntry:
+        return StreamEntry(version, prev, 0, b"")
 
     assert chain_is_complete(-1, [])
     assert chain_is_complete(-1, [d(0, -1), d(2, 0), d(5, 2)])
@@ -173,8 +170,8 @@ def test_chain_is_complete() -> None:
 
 
 def test_gap_detected_from_redis(store: RedisStore, table: str) -> None:
-    store.append_delta(table, 0, -1, 0, value_for(0))
-    store.append_delta(table, 4, 2, 4, value_for(4))  # version 2 never arrived
+    publish(store, table, 0, -1)
+    publish(store, table, 4, 2)  # version 2 never arrived
     assert not chain_is_complete(-1, store.deltas(table, after_version=-1))
     assert chain_is_complete(2, store.deltas(table, after_version=2))
 
@@ -222,29 +219,19 @@ def test_load_after_keyframe_with_trim(store: RedisStore, table: str) -> None:
     assert (state.keyframe_version, state.keyframe) == (3, b"frame-3")
     assert [d.version for d in state.deltas] == [4, 5]
     assert state.complete and state.head is not None and state.head.keyframe_version == 3
-    # Deltas trimmed beyond the key frame leave a gap the reader sees.
-    store.trim_deltas(table, 4)
+    # Entries lost beyond the key frame (an eviction, say) leave a gap the reader sees.
+    store.client.xtrim(keys.deltas_key(table), minid=keys.stream_id(5), approximate=False)
     assert not store.load(table).complete
 
 
-def test_record_outcome_moves_offset_only(store: RedisStore, table: str) -> None:
+def test_a_record_that_changed_nothing_moves_the_offset_only(store: RedisStore, table: str) -> None:
     store.publish_commit(
         table, head_at(3), prev_version=-1, value=value_for(3), event=event_for(table, 3, -1)
     )
-    verdict = Verdict(Outcome.REJECTED, 4, "c-lost", Rule.CONCURRENT_DROP, "seg gone", conflicting_version=3)
-    assert store.record_outcome(table, head_at(4, version=3), verdict)
+    assert store.advance_head(table, head_at(4, version=3))  # a REJECTED record at offset 4
     head = store.head(table)
     assert head is not None and (head.version, head.offset) == (3, 4)
     assert [d.version for d in store.deltas(table, after_version=-1)] == [3]
-    assert store.verdict(table, "c-lost") == {
-        "commit_id": "c-lost",
-        "offset": 4,
-        "outcome": "REJECTED",
-        "rule": "3-concurrent-drop",
-        "conflicting_version": 3,
-        "original_version": None,
-        "detail": "seg gone",
-    }
 
 
 # ----------------------------------------------------------------------------- key frames
@@ -260,12 +247,12 @@ def test_keyframe_cas_and_checksum(store: RedisStore, table: str) -> None:
     assert store.put_keyframe(table, 11, frame + b"!")
     assert store.keyframe(table) == (11, frame + b"!")
 
-    store.client.hset(store.keyframe_key(table), "data", b"tampered" + frame)
+    store.client.hset(keys.keyframe_key(table), "data", b"tampered" + frame)
     with pytest.raises(CorruptKeyFrame, match="sha256"):
         store.keyframe(table)
     with pytest.raises(CorruptKeyFrame):
         store.load(table)
-    store.client.hdel(store.keyframe_key(table), "sha256")
+    store.client.hdel(keys.keyframe_key(table), "sha256")
     with pytest.raises(CorruptKeyFrame, match="incomplete"):
         store.keyframe(table)
 
@@ -290,9 +277,8 @@ def test_pubsub_delivers_on_both_channels_in_order(store: RedisStore, table: str
         store.publish_commit(
             table, head_at(3), prev_version=0, value=value_for(3), event=event_for(table, 3, 0)
         )
-        store.publish(event_for(table, 100, prev))  # the plain publish path too
 
-        expected = [*versions, 100]
+        expected = versions
         got_table = [per_table.get(timeout=2.0) for _ in expected]
         assert [e.version if e else None for e in got_table] == expected
         assert got_table[1] == event_for(table, 3, 0)
@@ -317,84 +303,20 @@ def test_version_event_json_round_trip() -> None:
         VersionEvent.from_json(b"not json")
 
 
-# ----------------------------------------------------------------------------- verdicts
-
-
-def test_verdict_round_trip_and_highest_offset_wins(store: RedisStore, table: str) -> None:
-    assert store.verdict(table, "c1") is None
-    assert store.put_verdict(table, "c1", 10, "ACCEPTED")
-    assert store.verdict(table, "c1") == {
-        "commit_id": "c1",
-        "offset": 10,
-        "outcome": "ACCEPTED",
-        "rule": None,
-        "conflicting_version": None,
-        "original_version": None,
-        "detail": "",
-    }
-    # The writer's retry landed later: DUPLICATE naming the original version replaces it ...
-    assert store.put_verdict(table, "c1", 14, Outcome.DUPLICATE, Rule.DUPLICATE_COMMIT, original_version=10)
-    # ... and a lagging materializer cannot bring the older verdict back.
-    assert not store.put_verdict(table, "c1", 10, "ACCEPTED")
-    got = store.verdict(table, "c1")
-    assert got is not None
-    assert (got["offset"], got["outcome"], got["rule"], got["original_version"]) == (
-        14,
-        "DUPLICATE",
-        "1-duplicate-commit",
-        10,
-    )
-    ttl = store.client.pttl(store.verdict_key(table, "c1"))
-    assert 0 < ttl <= 24 * 3600 * 1000
-
-
-def test_verdict_expires(config: Config, table: str) -> None:
-    short = RedisStore.from_config(config, verdict_ttl_s=0.2)
-    try:
-        assert short.put_verdict(table, "c-exp", 3, "ACCEPTED")
-        assert short.verdict(table, "c-exp") is not None
-        time.sleep(0.5)
-        assert short.verdict(table, "c-exp") is None
-    finally:
-        short.close()
-
-
-def test_publish_commit_stores_verdict(store: RedisStore, table: str) -> None:
-    verdict = Verdict(Outcome.ACCEPTED, 0, "c0")
-    store.publish_commit(
-        table, head_at(0), prev_version=-1, value=value_for(0), event=event_for(table, 0, -1), verdict=verdict
-    )
-    got = store.verdict(table, "c0")
-    assert got is not None and (got["offset"], got["outcome"]) == (0, "ACCEPTED")
-
-
 # ----------------------------------------------------------------------------- registry, names, outages
 
 
-def test_register_and_forget_table(store: RedisStore, table: str) -> None:
+def test_register_table(store: RedisStore, table: str) -> None:
     store.register_table(table)
     store.register_table(table)
-    assert table in store.tables()
-    store.publish_commit(table, head_at(0), prev_version=-1, value=b"v", event=event_for(table, 0, -1))
-    store.put_keyframe(table, 0, b"k")
-    store.put_verdict(table, "c0", 0, "ACCEPTED")
-    store.forget_table(table)
-    assert table not in store.tables()
-    assert store.head(table) is None and store.keyframe(table) is None and store.verdict(table, "c0") is None
-    assert store.deltas(table, after_version=-1) == []
+    assert store.tables().count(table) == 1
 
 
 def test_keys_share_one_hash_tag(store: RedisStore, table: str) -> None:
     tag = f"{{{table}}}"
-    keys = [
-        store.head_key(table),
-        store.deltas_key(table),
-        store.keyframe_key(table),
-        store.verdict_key(table, "c1"),
-        store.channel(table),
-    ]
-    assert all(k.startswith(f"segcat:{tag}:") for k in keys)
-    assert store.channel(None) == "segcat:versions"
+    names = [keys.head_key(table), keys.deltas_key(table), keys.keyframe_key(table), keys.channel(table)]
+    assert all(k.startswith(f"segcat:{tag}:") for k in names)
+    assert keys.channel(None) == "segcat:versions"
 
 
 @pytest.mark.parametrize("bad", ["no_namespace", "ns.t}x", "ns.t:*", "../etc.passwd", "ns.t.u", ""])
@@ -416,22 +338,16 @@ def test_service_unavailable_on_closed_port(config: Config) -> None:
         config.with_services(config.bootstrap_servers, f"redis://127.0.0.1:{_closed_port()}/0")
     )
     calls = [
-        dead.ping,
         lambda: dead.head("ns.t"),
         lambda: dead.advance_head("ns.t", head_at(1)),
         lambda: dead.publish_commit(
             "ns.t", head_at(1), prev_version=-1, value=b"", event=event_for("ns.t", 1, -1)
         ),
         lambda: dead.deltas("ns.t", -1),
-        lambda: dead.append_delta("ns.t", 1, -1, 0, b""),
-        lambda: dead.trim_deltas("ns.t", 1),
         lambda: dead.keyframe("ns.t"),
         lambda: dead.put_keyframe("ns.t", 1, b""),
         lambda: dead.load("ns.t"),
-        lambda: dead.publish(event_for("ns.t", 1, -1)),
         lambda: dead.subscribe("ns.t"),
-        lambda: dead.put_verdict("ns.t", "c", 1, "ACCEPTED"),
-        lambda: dead.verdict("ns.t", "c"),
         lambda: dead.register_table("ns.t"),
         dead.tables,
     ]

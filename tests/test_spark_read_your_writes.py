@@ -21,7 +21,7 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from tests.factories import produce_raw
 from tests.materializer_support import PrivateRedis, materializer_config, namespace, running_materializer
 from tests.spark_support import spark

@@ -13,7 +13,7 @@ import redis
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.watch import VersionChange
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from tests.materializer_support import (
     PrivateRedis,
     head_offset,

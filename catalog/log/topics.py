@@ -7,9 +7,7 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import ConfigResource
-from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from segcat.catalog.config import Config
@@ -107,7 +105,7 @@ class TopicAdmin:
         if topic_md.error is not None:
             raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
         partitions = len(topic_md.partitions)
-        resource = ConfigResource(ResourceType.TOPIC, name.topic)
+        resource = ConfigResource("topic", name.topic)
         try:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
             entries = futures[resource].result(timeout=self._timeout)

@@ -23,7 +23,7 @@ from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 
 log = logging.getLogger("segcat.reader")

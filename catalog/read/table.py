@@ -30,7 +30,7 @@ from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.watch import Watcher
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 
 

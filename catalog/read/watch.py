@@ -23,7 +23,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.storage.redis_store import RedisStore, Subscription, VersionEvent, chain_is_complete
+from segcat.catalog.storage.redis import RedisStore, Subscription, VersionEvent, chain_is_complete
 from segcat.catalog.storage.table_files import TableFiles
 
 log = logging.getLogger("segcat.watch")

@@ -1,0 +1,278 @@
+"""``RedisStore``: typed reads and writes of the cache, each raising ``ServiceUnavailable`` on trouble.
+
+The materializer writes here and readers read here first. Every method that talks to Redis
+raises :class:`ServiceUnavailable` when it cannot be reached in time, so a reader falls back
+to object storage or Kafka (slower, never wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
+from segcat.catalog.protocol.names import table_name
+from segcat.catalog.storage.redis import keys
+from segcat.catalog.storage.redis.batch import RecordBatch
+from segcat.catalog.storage.redis.keys import TableRef
+from segcat.catalog.storage.redis.subscription import Subscription
+from segcat.catalog.storage.redis.types import CachedTable, Head, StreamEntry, VersionEvent
+
+log = logging.getLogger("segcat.redis")
+
+DEFAULT_SOCKET_TIMEOUT_S = 2.0
+"""Short on purpose: a reader that cannot reach Redis falls back to object storage / Kafka."""
+DEFAULT_HEALTH_CHECK_INTERVAL_S = 15
+
+
+def _opt_int(raw: bytes | None) -> int | None:
+    return None if raw is None or raw == b"" else int(raw)
+
+
+def _opt_str(raw: bytes | None) -> str | None:
+    return None if raw is None or raw == b"" else raw.decode()
+
+
+def _parse_head(table: TableRef, raw: dict[bytes, bytes]) -> Head | None:
+    if not raw:
+        return None
+    try:
+        return Head(
+            version=int(raw[b"version"]),
+            commit_id=_opt_str(raw.get(b"commit_id")),
+            timestamp_ms=_opt_int(raw.get(b"timestamp_ms")),
+            live_count=int(raw[b"live_count"]),
+            live_bytes=int(raw[b"live_bytes"]),
+            live_rows=int(raw[b"live_rows"]),
+            keyframe_version=int(raw[b"keyframe_version"]),
+            offset=int(raw[b"offset"]),
+        )
+    except (KeyError, ValueError) as exc:
+        # Only the materializer writes heads; a broken one means Redis cannot be trusted for the table.
+        raise ServiceUnavailable(
+            f"Redis holds a malformed head for {table}: {exc}; fall back to the log"
+        ) from exc
+
+
+def _parse_entry(fields: dict[bytes, bytes]) -> StreamEntry:
+    return StreamEntry(
+        version=int(fields[b"version"]),
+        prev_version=int(fields[b"prev_version"]),
+        timestamp_ms=int(fields[b"ts"]),
+        value=fields[b"value"],
+    )
+
+
+def _verify_keyframe(table: TableRef, raw: Sequence[bytes | None]) -> tuple[int, bytes] | None:
+    version, digest, data = raw
+    if version is None and data is None:
+        return None
+    if version is None or digest is None or data is None:
+        raise CorruptKeyFrame(f"the Redis key frame of {table} is incomplete")
+    if hashlib.sha256(data).hexdigest() != digest.decode():
+        raise CorruptKeyFrame(
+            f"the Redis key frame of {table} at version {int(version)} fails its sha256 check; "
+            "fall back to object storage"
+        )
+    return int(version), data
+
+
+_credentials_warned = threading.Event()
+
+
+def _warn_credentials_once(where: str, exc: AuthenticationError) -> None:
+    """Wrong Redis credentials make every reader fall back (slower, never wrong): say so once, loudly.
+
+    Names the settings to fix, never their values (the password stays out of every log line).
+    """
+    if _credentials_warned.is_set():
+        return
+    _credentials_warned.set()
+    log.warning(
+        "Redis at %s refused the credentials (%s): readers fall back to object storage and Kafka, "
+        "which is slower; check SEGCAT_REDIS_USERNAME / SEGCAT_REDIS_PASSWORD (or redis_username / "
+        "redis_password in the config file)",
+        where,
+        type(exc).__name__,
+    )
+
+
+class RedisStore:
+    """Typed access to the catalog's Redis keys. Thread-safe (redis-py's connection pool)."""
+
+    def __init__(
+        self, client: redis.Redis[bytes], *, socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S
+    ) -> None:
+        self.client = client
+        self.socket_timeout_s = socket_timeout_s
+        self.record_script = client.register_script(keys.RECORD_LUA)
+        """The per-record script (``keys.RECORD_LUA``); ``RecordBatch`` pipelines its calls."""
+        self._keyframe = client.register_script(keys.KEYFRAME_LUA)
+        kwargs = client.connection_pool.connection_kwargs
+        self.where = (
+            str(kwargs["path"]) if "path" in kwargs else f"{kwargs.get('host')}:{kwargs.get('port')}"
+        ) + f"/{kwargs.get('db', 0)}"
+        """Host, port and db for messages; never the password."""
+
+    @classmethod
+    def from_config(cls, config: Config, *, socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S) -> RedisStore:
+        """A store on ``config.redis_url`` (``rediss://`` for TLS) with the configured ACL user."""
+        extra: dict[str, Any] = {}
+        if config.redis_username:
+            extra["username"] = config.redis_username
+        if config.redis_password:
+            extra["password"] = config.redis_password
+        client = redis.Redis.from_url(
+            config.redis_url,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=socket_timeout_s,
+            health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
+            # One quick retry survives a stale pooled connection (a Redis restart); more would
+            # only delay the reader's fallback. Our scripts are idempotent, so a retry is safe.
+            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+            decode_responses=False,
+            **extra,
+        )
+        return cls(client, socket_timeout_s=socket_timeout_s)
+
+    @contextlib.contextmanager
+    def guarded(self, op: str) -> Iterator[None]:
+        """Turn Redis' connection errors during ``op`` into ``ServiceUnavailable`` (one message)."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if isinstance(exc, AuthenticationError):
+                _warn_credentials_once(self.where, exc)
+            raise ServiceUnavailable(
+                f"Redis at {self.where} unavailable during {op}: {exc} (readers fall back to object "
+                "storage and Kafka; check that Redis runs and SEGCAT_REDIS_URL / credentials are right)"
+            ) from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ------------------------------------------------------------------ per-record writes
+
+    def _run_record(
+        self,
+        table: TableRef,
+        head: Head,
+        *,
+        delta: tuple[int, bytes] | None = None,
+        event: VersionEvent | None = None,
+    ) -> bool:
+        call_keys, args = keys.record_call(table, head, delta=delta, event=event)
+        with self.guarded(f"record offset {head.offset} of {table_name(table)}"):
+            moved, _ = self.record_script(keys=call_keys, args=args)
+        return bool(moved)
+
+    def advance_head(self, table: TableRef, head: Head) -> bool:
+        """Store ``head`` only if its offset is beyond the stored one; whether it moved.
+
+        ``keyframe_version`` never goes back either (a concurrent :meth:`put_keyframe` may
+        have raised it). A record that changed no state (REJECTED, INVALID, DUPLICATE) moves
+        only the head's offset this way.
+        """
+        return self._run_record(table, head)
+
+    def publish_commit(
+        self, table: TableRef, head: Head, *, prev_version: int, value: bytes, event: VersionEvent | None
+    ) -> bool:
+        """Everything one ACCEPTED commit changes, atomically and in one round trip.
+
+        ``head.version`` is the commit's version. If the head moves, the entry is appended and
+        the event published on both channels; a replay of an already-applied commit changes
+        nothing and publishes nothing. ``event=None`` publishes nothing (a quiet catch-up).
+        Returns whether the head moved.
+        """
+        return self._run_record(table, head, delta=(prev_version, value), event=event)
+
+    def batch(self) -> RecordBatch:
+        """Queue record-script calls and send them in one round trip (a materializer catching up)."""
+        return RecordBatch(self)
+
+    def head(self, table: TableRef) -> Head | None:
+        with self.guarded(f"read head of {table}"):
+            raw: dict[bytes, bytes] = self.client.hgetall(keys.head_key(table))
+        return _parse_head(table, raw)
+
+    def deltas(self, table: TableRef, after_version: int, upto: int | None = None) -> list[StreamEntry]:
+        """Stream entries with ``after_version < version <= upto``, oldest first."""
+        if upto is not None and upto <= after_version:
+            return []
+        low = keys.stream_id(after_version + 1)
+        high = "+" if upto is None else keys.stream_id(upto)
+        with self.guarded(f"read deltas of {table}"):
+            entries = self.client.xrange(keys.deltas_key(table), min=low, max=high)
+        return [_parse_entry(fields) for _, fields in entries]
+
+    # ------------------------------------------------------------------ key frames
+
+    def put_keyframe(self, table: TableRef, version: int, ipc: bytes, *, trim: bool = False) -> bool:
+        """Store the key frame at ``version`` if it is newer than the stored one; whether it was.
+
+        With ``trim`` the entries it covers are dropped in the same script, so a reader's MULTI
+        read (:meth:`load`) never sees the new key frame without its entries or vice versa.
+        """
+        digest = hashlib.sha256(ipc).hexdigest()
+        minid = keys.stream_id(version + 1) if trim else ""
+        name = table_name(table)
+        with self.guarded(f"write key frame {version} of {name}"):
+            stored = self._keyframe(
+                keys=[keys.keyframe_key(name), keys.head_key(name), keys.deltas_key(name)],
+                args=[version, ipc, digest, minid],
+            )
+        return bool(stored)
+
+    def keyframe(self, table: TableRef) -> tuple[int, bytes] | None:
+        """The newest key frame as (version, Arrow IPC bytes); CorruptKeyFrame if its checksum fails."""
+        with self.guarded(f"read key frame of {table}"):
+            raw = self.client.hmget(keys.keyframe_key(table), ["version", "sha256", "data"])
+        return _verify_keyframe(table, raw)
+
+    def load(self, table: TableRef) -> CachedTable:
+        """Head, key frame and the entries after it, read atomically (one MULTI/EXEC).
+
+        Check :attr:`CachedTable.complete` before trusting it; a corrupt key frame raises
+        CorruptKeyFrame (fall back to object storage, then use :meth:`deltas`).
+        """
+        name = table_name(table)
+        with self.guarded(f"load {name}"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(keys.head_key(name))
+            pipe.hmget(keys.keyframe_key(name), ["version", "sha256", "data"])
+            pipe.xrange(keys.deltas_key(name), min="-", max="+")
+            raw_head, raw_keyframe, entries = pipe.execute()
+        head = _parse_head(name, raw_head)
+        frame = _verify_keyframe(name, raw_keyframe)
+        keyframe_version = -1 if frame is None else frame[0]
+        deltas = [e for e in (_parse_entry(fields) for _, fields in entries) if e.version > keyframe_version]
+        return CachedTable(head, keyframe_version, None if frame is None else frame[1], deltas)
+
+    # ------------------------------------------------------------------ notifications and registry
+
+    def subscribe(self, table: TableRef | None = None) -> Subscription:
+        """Events of one table, or of every table for ``None``; subscribed when this returns."""
+        return Subscription(self, keys.channel(table))
+
+    def register_table(self, table: TableRef) -> None:
+        with self.guarded(f"register {table}"):
+            self.client.sadd(keys.TABLES_KEY, table_name(table).qualified)
+
+    def tables(self) -> list[str]:
+        with self.guarded("list tables"):
+            members: set[bytes] = self.client.smembers(keys.TABLES_KEY)
+        return sorted(m.decode() for m in members)
+

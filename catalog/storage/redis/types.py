@@ -1,0 +1,117 @@
+"""The values the Redis cache holds: the head, stream entries, version events, a whole table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The newest materialized position of a table.
+
+    ``version`` is the last ACCEPTED version; ``offset`` the last log offset applied
+    (rejected commits and tombstones move it past ``version``). The CAS is on ``offset``.
+    """
+
+    version: int
+    commit_id: str | None
+    timestamp_ms: int | None
+    live_count: int
+    live_bytes: int
+    live_rows: int
+    keyframe_version: int
+    offset: int
+
+    def __post_init__(self) -> None:
+        if self.offset < self.version:
+            raise ValueError(f"head offset {self.offset} is below its version {self.version}")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One accepted commit since the key frame; ``value`` is the raw Kafka record value."""
+
+    version: int
+    prev_version: int
+    """The previous ACCEPTED version: readers chain these to detect gaps."""
+    timestamp_ms: int
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEvent:
+    """A version-change notification, as published on the table and global channels."""
+
+    table: str
+    version: int
+    prev_version: int
+    timestamp_ms: int
+    commit_id: str
+    operation: str
+    added: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    rows_delta: int = 0
+    bytes_delta: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> VersionEvent:
+        """Parse a published event; ``ValueError`` when it is not one."""
+        try:
+            data = json.loads(raw)
+            return cls(
+                table=str(data["table"]),
+                version=int(data["version"]),
+                prev_version=int(data["prev_version"]),
+                timestamp_ms=int(data["timestamp_ms"]),
+                commit_id=str(data["commit_id"]),
+                operation=str(data["operation"]),
+                added=[str(s) for s in data.get("added", [])],
+                dropped=[str(s) for s in data.get("dropped", [])],
+                rows_delta=int(data.get("rows_delta", 0)),
+                bytes_delta=int(data.get("bytes_delta", 0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a version event: {raw[:200]!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CachedTable:
+    """Head, key frame and stream entries read in one MULTI block, so they are mutually consistent."""
+
+    head: Head | None
+    keyframe_version: int
+    """-1 when Redis holds no key frame (the entries then chain from the empty table)."""
+    keyframe: bytes | None
+    deltas: list[StreamEntry]
+
+    @property
+    def complete(self) -> bool:
+        """Whether key frame + entries rebuild the head's version without touching Kafka."""
+        if self.head is None:
+            return False
+        return chain_is_complete(self.keyframe_version, self.deltas, end_version=self.head.version)
+
+
+def chain_is_complete(
+    start_version: int, deltas: Sequence[StreamEntry], end_version: int | None = None
+) -> bool:
+    """Whether ``deltas`` continue the state at ``start_version`` with no accepted commit missing.
+
+    The first entry's ``prev_version`` may be *below* ``start_version`` (a state at a
+    non-accepted offset S continues with the first commit after S, whose predecessor is the
+    last accepted version ≤ S); every later entry must name its neighbour exactly. With
+    ``end_version`` (normally the head's version) the chain must also reach it.
+    """
+    previous = start_version
+    for i, delta in enumerate(deltas):
+        if delta.version <= previous:
+            return False
+        if (delta.prev_version > previous) if i == 0 else (delta.prev_version != previous):
+            return False
+        previous = delta.version
+    return end_version is None or previous >= end_version
