@@ -16,7 +16,7 @@ import pytest
 
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog, Table
-from tests.materializer_support import PrivateRedis
+from tests.materializer_support import PrivateRedis, materializer_config
 from tests.services import LOCAL_STACK_HOME, ResolvedServices, resolve_services
 
 
@@ -70,3 +70,10 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
+    """A materializer's config: the private Redis, a warehouse of the test's own, a key frame every
+    7 accepted commits (never by time)."""
+    return materializer_config(config, private_redis.url, tmp_path / "warehouse")

@@ -11,8 +11,8 @@ import pytest
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
 from segcat.catalog.log.clients import admin_config, check_kafka_settings, consumer_config, producer_config
-from segcat.catalog.storage.redis import store as redis_store
 from segcat.catalog.storage.redis import RedisStore
+from segcat.catalog.storage.redis import store as redis_store
 from segcat.local_stack.settings import StackSettings
 
 

@@ -32,7 +32,6 @@ from tests.materializer_support import (
     get_json,
     head_offset,
     json_lines,
-    materializer_config,
     namespace,
     running_materializer,
     spawn_materializer,
@@ -41,11 +40,6 @@ from tests.materializer_support import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
-
-
-@pytest.fixture
-def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
-    return materializer_config(config, private_redis.url, tmp_path / "warehouse")
 
 
 def _health(port: int) -> tuple[int, list[str]] | None:

@@ -35,13 +35,11 @@ from segcat.materializer import metrics, table_materializer
 from segcat.materializer.table_materializer import TableMaterializer
 from tests.factories import produce_raw, segment
 from tests.materializer_support import (
-    PrivateRedis,
     assert_outputs_match_clean_replay,
     free_port,
     get_json,
     head_offset,
     json_lines,
-    materializer_config,
     namespace,
     running_materializer,
     spawn_materializer,
@@ -50,11 +48,6 @@ from tests.materializer_support import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
-
-
-@pytest.fixture
-def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
-    return materializer_config(config, private_redis.url, tmp_path / "warehouse")
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:

@@ -17,13 +17,26 @@ from types import TracebackType
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.replay import Listener, replay
+from segcat.catalog.protocol.replay import Applied, Listener, replay
+from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.table_files import TableFiles
 
 log = logging.getLogger("segcat.follower")
+
+
+def collect_accepted(into: list[CommitDelta], *, after: int = -1) -> Listener:
+    """A listener that keeps the deltas of the accepted versions after ``after``."""
+
+    def collect(applied: Applied, _: TableState) -> None:
+        delta = applied.delta
+        if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None and delta.version > after:
+            into.append(delta)
+
+    return collect
 
 
 class Follower:

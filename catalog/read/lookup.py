@@ -14,12 +14,10 @@ from dataclasses import dataclass
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame, DecodeError, ServiceUnavailable
-from segcat.catalog.log.follower import Follower
+from segcat.catalog.log.follower import Follower, collect_accepted
 from segcat.catalog.protocol import codec, versions
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.replay import Applied
-from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
@@ -126,12 +124,6 @@ def kafka_tail(
     """Judge the log after ``image`` up to ``bound`` (None: its end): the accepted deltas after
     ``after``, and the last offset judged."""
     accepted: list[CommitDelta] = []
-
-    def collect(applied: Applied, _: TableState) -> None:
-        delta = applied.delta
-        if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None and delta.version > after:
-            accepted.append(delta)
-
     with Follower(config, name, image) as follower:
-        follower.catch_up(bound, listener=collect, exact=True)
+        follower.catch_up(bound, listener=collect_accepted(accepted, after=after), exact=True)
         return accepted, follower.state.version

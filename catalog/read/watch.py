@@ -16,13 +16,10 @@ from dataclasses import dataclass, field
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import DecodeError, ServiceUnavailable
-from segcat.catalog.log.follower import Follower
+from segcat.catalog.log.follower import Follower, collect_accepted
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.replay import Applied, Listener
-from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage.redis import RedisStore, Subscription, VersionEvent, chain_is_complete
 from segcat.catalog.storage.table_files import TableFiles
 
@@ -77,14 +74,6 @@ def _from_delta(table: str, prev: int, delta: CommitDelta, source: str) -> Versi
     )
 
 
-def _accepted(found: list[CommitDelta]) -> Listener:
-    def collect(applied: Applied, _: TableState) -> None:
-        if applied.verdict.outcome is Outcome.ACCEPTED and applied.delta is not None:
-            found.append(applied.delta)
-
-    return collect
-
-
 class Watcher:
     """``for change in table.watch(v): ...``; ``close()`` (or leaving ``with``) stops it."""
 
@@ -132,7 +121,7 @@ class Watcher:
                     self._drop_subscription()
             if self._sub is None:
                 found: list[CommitDelta] = []
-                self._kafka().poll(self._poll_s, listener=_accepted(found))
+                self._kafka().poll(self._poll_s, listener=collect_accepted(found))
                 yield from self._emit(found, "kafka")
                 continue
             try:
@@ -157,7 +146,7 @@ class Watcher:
             return
         follower = self._kafka()
         found: list[CommitDelta] = []
-        follower.catch_up(upto, listener=_accepted(found))
+        follower.catch_up(upto, listener=collect_accepted(found))
         yield from self._emit(found, "kafka")
 
     def _from_stream(self, upto: int | None) -> list[CommitDelta] | None:

@@ -12,7 +12,6 @@ on every load; Parquet page checksums catch damage earlier where they can.
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
 from collections.abc import Iterable
@@ -21,9 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from segcat.catalog.errors import CorruptArchive
+from segcat.catalog.storage import parquet_objects
 
 FORMAT_VERSION = 1
 META_KEY = b"segcat.archive"
@@ -100,17 +99,12 @@ def encode_archive(
     data = data.replace_schema_metadata(
         {META_KEY: meta_json, CHECKSUM_KEY: _checksum(meta_json, data).encode()}
     )
-    out = io.BytesIO()
-    pq.write_table(data, out, compression="zstd", write_page_checksum=True, store_schema=True)
-    return out.getvalue()
+    return parquet_objects.to_parquet(data)
 
 
 def decode_archive(data: bytes) -> Archive:
     """Load and verify an archive; ``CorruptArchive`` on any damage, never a silently different one."""
-    try:
-        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptArchive(f"unreadable commit archive: {exc}") from exc
+    table = parquet_objects.read_parquet(data, "commit archive", CorruptArchive)
     metadata = table.schema.metadata or {}
     meta_json, checksum = metadata.get(META_KEY), metadata.get(CHECKSUM_KEY)
     if meta_json is None or checksum is None:

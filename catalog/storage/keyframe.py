@@ -20,13 +20,13 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from segcat.catalog.errors import CorruptKeyFrame
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.column_types import arrow_type
 from segcat.catalog.protocol.model import ColumnType, Segment
 from segcat.catalog.protocol.state import LiveSegment, TableState
+from segcat.catalog.storage import parquet_objects
 from segcat.catalog.storage.segments_arrow import BASE_SCHEMA, segments_table
 
 FORMAT_VERSION = 3
@@ -209,17 +209,11 @@ def verify(table: pa.Table) -> KeyFrame:
 
 
 def to_parquet(table: pa.Table) -> bytes:
-    out = io.BytesIO()
-    pq.write_table(table, out, compression="zstd", write_page_checksum=True, store_schema=True)
-    return out.getvalue()
+    return parquet_objects.to_parquet(table)
 
 
 def from_parquet(data: bytes) -> KeyFrame:
-    try:
-        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise CorruptKeyFrame(f"unreadable key frame: {exc}") from exc
-    return verify(table)
+    return verify(parquet_objects.read_parquet(data, "key frame", CorruptKeyFrame))
 
 
 def to_ipc(table: pa.Table) -> bytes:

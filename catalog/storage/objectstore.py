@@ -191,14 +191,8 @@ class ObjectStore:
         """
         if not self.uses_temp_files:
             return []
-        check_key(prefix.rstrip("/"), allow_root=True)
         root = self._backend.root.rstrip("/")
-        base = f"{root}/{prefix.strip('/')}".rstrip("/") if prefix.strip("/") else root
-        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        try:
-            infos = self._backend.fs.get_file_info(selector)
-        except NotADirectoryError:
-            return []
+        infos = self._infos(prefix)
         cutoff_ns = time.time_ns() - int(older_than_s * 1e9)
         removed = []
         for info in infos:
@@ -216,16 +210,22 @@ class ObjectStore:
             removed.append(info.path[len(root) + 1 :])
         return sorted(removed)
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Every object under the directory ``prefix`` (recursively), sorted, relative to the root."""
+    def _infos(self, prefix: str) -> list[pafs.FileInfo]:
+        """Everything below the directory ``prefix`` (recursively); [] when it does not exist."""
         check_key(prefix.rstrip("/"), allow_root=True)
         root = self._backend.root.rstrip("/")
         base = f"{root}/{prefix.strip('/')}".rstrip("/") if prefix.strip("/") else root
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         try:
-            infos = self._backend.fs.get_file_info(selector)
+            infos: list[pafs.FileInfo] = self._backend.fs.get_file_info(selector)
         except NotADirectoryError:
             return []
+        return infos
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every object under the directory ``prefix`` (recursively), sorted, relative to the root."""
+        root = self._backend.root.rstrip("/")
+        infos = self._infos(prefix)
         strip = len(root) + 1
         found = (
             info.path[strip:]
