@@ -59,6 +59,14 @@ class LogReader:
         return None if tp.offset < 0 else int(tp.offset)
 
     def seek(self, offset: int) -> None:
+        """Read from ``offset`` on.
+
+        The first seek asks for the watermarks first: that connects to the partition's leader
+        and loads the topic's metadata, which a consumer that polls right after ``assign``
+        would otherwise do lazily, costing its first polls their whole timeout (~0.5 s).
+        """
+        if self._assigned_at is None:
+            self.watermarks()
         start = OFFSET_BEGINNING if offset <= 0 else offset
         self._consumer.assign([TopicPartition(self._name.topic, 0, start)])
         self._assigned_at = offset
