@@ -4,59 +4,48 @@
     .venv/bin/python -m bench.commit_latency --quick    # smoke test: small counts, doc untouched
 
 Scenarios (full / quick):
-1. segcat, one writer, 1,000 / 100 sequential one-segment appends on a fresh table;
-2. segcat, 8 / 2 writer processes appending to one table at once (250 / 50 each);
-   then, for reference, the same with bare Kafka producers (no catch-up: the broker's floor);
-3. segcat, one writer, 10,000 / 1,000 appends: first vs last 1,000 / 100 commits;
-4. delta-rs, 1,000 / 100 one-file append transactions on a local table;
-5. pyiceberg, 1,000 / 100 ``add_files`` commits with a sqlite SQL catalog.
+1. ``sequential``: segcat, one writer, 1,000 / 100 sequential one-segment appends on a fresh table;
+2. ``concurrent``: segcat, 8 / 2 writer processes appending to one table at once (250 / 50 each);
+   ``floor``: the same with bare Kafka producers (no catch-up: the broker's floor);
+3. ``long-log``: segcat, one writer, 10,000 / 1,000 appends: first vs last 1,000 / 100 commits;
+4. ``delta``: delta-rs, 1,000 / 100 one-file append transactions on a local table;
+5. ``iceberg``: pyiceberg, 1,000 / 100 ``add_files`` commits with a sqlite SQL catalog.
 
-Results go to ``bench/results/commit-latency-<UTC time>.json`` (every per-commit sample)
-and, for full runs, to the ``commit-latency`` section of docs/BENCHMARKS.md.
+Results go to ``bench/results/commit-latency-<UTC time>.json`` (every per-commit sample) and,
+for full runs, to the ``commit-latency`` section of docs/BENCHMARKS.md
+(words: ``commit_doc``; segcat's runs: ``commit_segcat``; delta-rs and pyiceberg: ``peers``).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
-import logging
 import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table as RichTable
-
-from bench import report
-from bench.cpu import CpuMeter
-from bench.environment import describe
-from bench.runs import Run, Tick
-from bench.stats import median_ms
-from segcat.catalog.config import Config
+from bench import commit_doc, report, runner
+from bench.commit_runs import CpuMeter, Run
+from bench.runner import Context, Results, Tick
 from segcat.catalog.errors import SegcatError
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO / "bench" / "results"
-DOC = REPO / "docs" / "BENCHMARKS.md"
-SECTION = "commit-latency"
-
-console = Console(stderr=True)
-log = logging.getLogger("segcat.bench")
+TARGET_MEDIAN_MS = 4.0
+TARGET_DELTA_RATIO = 3.0
+TARGET_CONCURRENT_CPS = 2000.0
+SCENARIOS = ("sequential", "concurrent", "floor", "long-log", "delta", "iceberg")
+KEYS = {
+    "sequential": "segcat_sequential",
+    "concurrent": "segcat_concurrent",
+    "floor": "kafka_floor",
+    "long-log": "segcat_long_log",
+    "delta": "delta_sequential",
+    "iceberg": "iceberg_sequential",
+}
+"""Scenario → its key in the results' ``runs``."""
 
 
 @dataclass(frozen=True)
@@ -71,294 +60,181 @@ class Params:
     """Untimed commits on a scratch table first, so the broker's JIT is warm for every scenario."""
 
     @classmethod
-    def full(cls) -> Params:
-        return cls(1000, 8, 250, 10_000, 1000, 1000, 1000)
-
-    @classmethod
-    def quick(cls) -> Params:
-        return cls(100, 2, 50, 1000, 100, 100, 200)
-
-
-ALL_SCENARIOS = ("sequential", "concurrent", "floor", "long-log", "delta", "iceberg")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def ensure_kafka(config: Config, *, start_stack: bool) -> None:
-    """Make sure the broker answers; start the local stack if that is where the config points."""
-    from segcat import local_stack as stack
-    from segcat.local_stack import kafka as stack_kafka
-    from segcat.local_stack.probe import kafka_answers
-    from segcat.local_stack.settings import StackSettings
-
-    if kafka_answers(config.bootstrap_servers, timeout_s=5.0):
-        return
-    local = config.bootstrap_servers == stack_kafka.address(StackSettings.load())
-    if not (local and start_stack):
-        raise SystemExit(
-            f"Kafka at {config.bootstrap_servers} does not answer"
-            + ("" if local else " (not the local stack, so it is not started here)")
-        )
-    console.print("[bold]Kafka is down: starting the local stack…")
-    stack.up(StackSettings.load(), reporter=stack.RichReporter())
-
-
-@contextmanager
-def progress_bar(progress: Progress, description: str, total: int) -> Iterator[Tick]:
-    task = progress.add_task(description, total=total)
-
-    def tick(n: int) -> None:
-        progress.advance(task, n)
-
-    yield tick
+    def of(cls, quick: bool) -> Params:
+        return cls(100, 2, 50, 1000, 100, 100, 200) if quick else cls(1000, 8, 250, 10_000, 1000, 1000, 1000)
 
 
 def growth(run: Run, window: int) -> dict[str, Any]:
-    """Median of the first vs the last ``window`` commits of a run."""
+    """Median of the first vs the last ``window`` commits of a run (does a commit get dearer?)."""
     window = max(1, min(window, run.commits // 2))
-    return {
-        "window": window,
-        "first_median_ms": round(median_ms(run.latencies_ns[:window]), 4),
-        "last_median_ms": round(median_ms(run.latencies_ns[-window:]), 4),
-    }
+    first, last = (
+        runner.summary(runner.to_ms(s))["median_ms"]
+        for s in (run.latencies_ns[:window], run.latencies_ns[-window:])
+    )
+    return {"window": window, "first_median_ms": first, "last_median_ms": last}
 
 
-def print_summary(results: dict[str, Any]) -> None:
-    table = RichTable(title="Commit latency")
-    for col in ("run", "commits", "median ms", "p99 ms", "commits/s"):
-        table.add_column(col, justify="right" if col != "run" else "left")
-    for key, run in results["runs"].items():
-        lat = run["latency"]
-        table.add_row(
-            key,
-            f"{run['commits']:,}",
-            f"{lat['median_ms']:.2f}",
-            f"{lat['p99_ms']:.2f}",
-            f"{run['commits_per_s']:,.0f}",
-        )
-    console.print(table)
-    long_run = results["runs"].get("segcat_long_log")
-    if long_run:
-        d = long_run["details"]
-        console.print(
-            f"long log: first {d['window']:,} median {d['first_window']['median_ms']:.2f} ms "
-            f"p99 {d['first_window']['p99_ms']:.2f} ms; last {d['window']:,} median "
-            f"{d['last_window']['median_ms']:.2f} ms p99 {d['last_window']['p99_ms']:.2f} ms"
-        )
-    for name, value in results["ratios"].items():
-        if value is not None:
-            console.print(f"{name}: {value:.2f}×")
-    for t in results["targets"]:
-        mark = "[green]met" if t["met"] else "[red]NOT met"
-        console.print(f"{mark}[/]  {t['target']}: {t['measured']}")
+def run(ctx: Context) -> Results:
+    from bench import commit_segcat, peers
 
-
-# --------------------------------------------------------------------------- main
-
-
-def run_all(config: Config, params: Params, scenarios: tuple[str, ...], *, keep: bool) -> dict[str, Any]:
-    from bench import segcat_runs
-    from bench.peers import run_delta, run_iceberg
-
+    config, p = ctx.config, Params.of(ctx.quick)
     run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S") + "_" + uuid.uuid4().hex[:6]
     tables: list[str] = []
 
     def table(kind: str) -> str:
-        name = f"bench.commit_latency_{run_id}_{kind}"
-        tables.append(name)
-        return name
+        tables.append(f"bench.commit_latency_{run_id}_{kind}")
+        return tables[-1]
 
-    runs: dict[str, Run] = {}
     meter = CpuMeter(config)
     workdir = Path(tempfile.mkdtemp(prefix="segcat-bench-"))
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-    )
-    steps: list[tuple[str, str, int, Callable[[Tick], Run]]] = [
-        (
-            "sequential",
-            f"segcat: {params.sequential_commits:,} sequential appends",
-            params.sequential_commits,
-            lambda tick: segcat_runs.run_sequential(
-                config, table("seq"), params.sequential_commits, tick=tick, meter=meter
+    sequential, concurrent = commit_segcat.run_sequential, commit_segcat.run_concurrent
+    writers = p.writers * p.commits_per_writer
+    steps: dict[str, tuple[str, int, Callable[[Tick], Run]]] = {
+        "sequential": (
+            f"segcat: {p.sequential_commits:,} sequential appends",
+            p.sequential_commits,
+            lambda tick: sequential(config, table("seq"), p.sequential_commits, tick=tick, meter=meter),
+        ),
+        "concurrent": (
+            f"segcat: {p.writers} writer processes × {p.commits_per_writer:,}",
+            writers,
+            lambda tick: concurrent(
+                config, table("conc"), p.writers, p.commits_per_writer, tick=tick, meter=meter
             ),
         ),
-        (
-            "concurrent",
-            f"segcat: {params.writers} writer processes × {params.commits_per_writer:,}",
-            params.writers * params.commits_per_writer,
-            lambda tick: segcat_runs.run_concurrent(
-                config, table("conc"), params.writers, params.commits_per_writer, tick=tick, meter=meter
+        "floor": (
+            f"Kafka floor: {p.writers} bare producers × {p.commits_per_writer:,}",
+            writers,
+            lambda tick: concurrent(
+                config, table("floor"), p.writers, p.commits_per_writer, tick=tick, meter=meter, raw=True
             ),
         ),
-        (
-            "floor",
-            f"Kafka floor: {params.writers} bare producers × {params.commits_per_writer:,}",
-            params.writers * params.commits_per_writer,
-            lambda tick: segcat_runs.run_concurrent(
-                config,
-                table("floor"),
-                params.writers,
-                params.commits_per_writer,
-                tick=tick,
-                meter=meter,
-                raw=True,
-            ),
-        ),
-        (
-            "long-log",
-            f"segcat: {params.long_log_commits:,}-commit log",
-            params.long_log_commits,
-            lambda tick: segcat_runs.run_sequential(
+        "long-log": (
+            f"segcat: {p.long_log_commits:,}-commit log",
+            p.long_log_commits,
+            lambda tick: sequential(
                 config,
                 table("long"),
-                params.long_log_commits,
+                p.long_log_commits,
                 scenario="long-log",
                 tick=tick,
-                windows=params.window,
+                windows=p.window,
                 cold_start=True,
                 meter=meter,
             ),
         ),
-        (
-            "delta",
-            f"delta-rs: {params.peer_commits:,} append transactions",
-            params.peer_commits,
-            lambda tick: run_delta(workdir, params.peer_commits, tick=tick, meter=meter),
+        "delta": (
+            f"delta-rs: {p.peer_commits:,} append transactions",
+            p.peer_commits,
+            lambda tick: peers.run_delta(workdir, p.peer_commits, tick=tick, meter=meter),
         ),
-        (
-            "iceberg",
-            f"pyiceberg: {params.peer_commits:,} add_files commits",
-            params.peer_commits,
-            lambda tick: run_iceberg(workdir, params.peer_commits, tick=tick, meter=meter),
+        "iceberg": (
+            f"pyiceberg: {p.peer_commits:,} add_files commits",
+            p.peer_commits,
+            lambda tick: peers.run_iceberg(workdir, p.peer_commits, tick=tick, meter=meter),
         ),
-    ]
-    keys = {
-        "sequential": "segcat_sequential",
-        "concurrent": "segcat_concurrent",
-        "floor": "kafka_floor",
-        "long-log": "segcat_long_log",
-        "delta": "delta_sequential",
-        "iceberg": "iceberg_sequential",
     }
+    runs: dict[str, Run] = {}
     warmup: dict[str, Any] | None = None
     try:
-        with Progress(*columns, console=console) as progress:
-            if params.warmup_commits and set(scenarios) & {"sequential", "concurrent", "floor", "long-log"}:
-                description = f"segcat: {params.warmup_commits:,} warm-up commits (not reported)"
-                with progress_bar(progress, description, params.warmup_commits) as tick:
-                    warm = segcat_runs.run_sequential(
-                        config, table("warmup"), params.warmup_commits, tick=tick
-                    )
-                warmup = {"commits": warm.commits, "median_ms": round(warm.summary.median_ms, 4)}
-            for name, description, total, fn in steps:
-                if name not in scenarios:
-                    continue
-                with progress_bar(progress, description, total) as tick:
-                    runs[keys[name]] = fn(tick)
+        if p.warmup_commits and set(ctx.only) & {"sequential", "concurrent", "floor", "long-log"}:
+            with runner.counting(
+                f"segcat: {p.warmup_commits:,} warm-up commits (not reported)", p.warmup_commits
+            ) as tick:
+                warm = sequential(config, table("warmup"), p.warmup_commits, tick=tick)
+            warmup = {
+                "commits": warm.commits,
+                "median_ms": runner.summary(runner.to_ms(warm.latencies_ns))["median_ms"],
+            }
+        for name in ctx.only:
+            description, total, step = steps[name]
+            with runner.counting(description, total) as tick:
+                runs[KEYS[name]] = step(tick)
     finally:
-        if not keep:
+        if ctx.args.keep:
+            runner.progress(f"kept tables {tables} and peer tables under {workdir}")
+        else:
             for name in tables:
                 try:
-                    segcat_runs.drop_table(config, name)
+                    commit_segcat.drop_table(config, name)
                 except SegcatError as exc:
-                    log.warning("could not drop %s: %s", name, exc)
+                    runner.progress(f"could not drop {name}: {exc}")
             shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            console.print(f"kept tables {tables} and peer tables under {workdir}")
-
-    codec_cost = segcat_runs.measure_codec() if set(scenarios) & {"sequential", "concurrent"} else None
     for key in ("segcat_sequential", "delta_sequential", "iceberg_sequential"):
         if key in runs:
             runs[key].details["growth"] = growth(runs[key], 100)
     return {
+        "params": asdict(p),
         "run_id": run_id,
         "warmup": warmup,
-        "codec": codec_cost,
+        "codec": commit_segcat.measure_codec() if {"sequential", "concurrent"} & set(ctx.only) else None,
         "runs": {k: v.to_json() for k, v in runs.items()},
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.commit_latency",
-        description="Commit latency/throughput of segcat vs delta-rs and pyiceberg.",
-    )
-    parser.add_argument("--quick", action="store_true", help="small counts for a smoke test")
-    parser.add_argument(
-        "--only",
-        action="append",
-        choices=ALL_SCENARIOS,
-        help="run only these scenarios (repeatable; default: all)",
-    )
-    parser.add_argument("--write-doc", action="store_true", help="update docs/BENCHMARKS.md in --quick mode")
-    parser.add_argument("--no-doc", action="store_true", help="do not update docs/BENCHMARKS.md")
-    parser.add_argument("--doc", type=Path, default=DOC, help="the markdown file to update")
-    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--keep", action="store_true", help="keep the benchmark topics and peer tables")
-    parser.add_argument(
-        "--no-start-stack", action="store_true", help="fail instead of starting the local stack"
-    )
-    parser.add_argument(
-        "--render", type=Path, metavar="RESULTS_JSON", help="only re-render the doc section from a saved run"
-    )
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+# --------------------------------------------------------------------------- checks
 
-    if args.render:
-        saved = json.loads(args.render.read_text())
-        report.update_section(args.doc, SECTION, report.render(saved))
-        console.print(f"updated {args.doc}")
-        return 0
 
-    config = Config.load()
-    ensure_kafka(config, start_stack=not args.no_start_stack)
-    params = Params.quick() if args.quick else Params.full()
-    scenarios = tuple(args.only) if args.only else ALL_SCENARIOS
-    command = ".venv/bin/python -m bench.commit_latency" + (" --quick" if args.quick else "")
-    if args.only:
-        command += "".join(f" --only {s}" for s in args.only)
-
-    environment = describe(config, REPO)
-    console.print(
-        f"[bold]commit latency[/] ({'quick' if args.quick else 'full'}) against {config.bootstrap_servers}; "
-        f"{environment['nproc']} CPUs, load {environment['loadavg_at_start']}"
-    )
-    measured = run_all(config, params, scenarios, keep=args.keep)
-
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    out_path = args.results_dir / f"commit-latency-{measured['run_id']}.json"
-    try:
-        shown_path = str(out_path.resolve().relative_to(REPO))
-    except ValueError:
-        shown_path = str(out_path)
-    results: dict[str, Any] = {
-        "benchmark": SECTION,
-        "mode": "quick" if args.quick else "full",
-        "command": command,
-        "results_file": shown_path,
-        "environment": environment,
-        "parameters": params.__dict__,
-        "warmup": measured["warmup"],
-        "codec": measured["codec"],
-        "runs": measured["runs"],
+def evaluate(results: Results) -> None:
+    """The peers' median latency over segcat's, and the issue's three targets."""
+    runs = results["runs"]
+    seq = report.get(runs, "segcat_sequential", "latency", "median_ms")
+    results["ratios"] = {
+        f"{peer}_over_segcat_median": None if not seq or other is None else round(other / seq, 2)
+        for peer in ("delta", "iceberg")
+        for other in [report.get(runs, f"{peer}_sequential", "latency", "median_ms")]
     }
-    results["ratios"] = report.ratios(results)
-    results["targets"] = report.targets(results)
-    out_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    console.print(f"results: {shown_path}")
-    print_summary(results)
+    delta_ratio = results["ratios"]["delta_over_segcat_median"]
+    targets = []
+    if seq is not None:
+        targets.append(report.target("segcat median commit latency (1 writer)", seq, TARGET_MEDIAN_MS, "ms"))
+    if delta_ratio is not None:
+        targets.append(
+            report.target(
+                "segcat faster than delta-rs (median latency ratio)", delta_ratio, TARGET_DELTA_RATIO, "×"
+            )
+        )
+    if conc := runs.get("segcat_concurrent"):
+        what = f"aggregate throughput with {conc['writers']} writer processes"
+        targets.append(report.target(what, conc["commits_per_s"], TARGET_CONCURRENT_CPS, "commits/s"))
+    results["targets"] = targets
 
-    if not args.no_doc and (not args.quick or args.write_doc):
-        report.update_section(args.doc, SECTION, report.render(results))
-        console.print(f"updated {args.doc.relative_to(REPO) if args.doc.is_relative_to(REPO) else args.doc}")
-    return 0
 
+def summary(results: Results) -> str:
+    rows = [
+        (
+            key,
+            f"{r['commits']:,}",
+            f"{r['latency']['median_ms']:.2f}",
+            f"{r['latency']['p99_ms']:.2f}",
+            f"{r['commits_per_s']:,.0f}",
+        )
+        for key, r in results["runs"].items()
+    ]
+    lines = report.table(("run", "commits", "median ms", "p99 ms", "commits/s"), rows)
+    if long_run := results["runs"].get("segcat_long_log"):
+        d = long_run["details"]
+        first, last = d["first_window"], d["last_window"]
+        lines.append(
+            f"long log: first {d['window']:,} median {first['median_ms']:.2f} ms p99 {first['p99_ms']:.2f} "
+            f"ms; last {d['window']:,} median {last['median_ms']:.2f} ms p99 {last['p99_ms']:.2f} ms"
+        )
+    lines += [f"{name}: {value:.2f}×" for name, value in results["ratios"].items() if value is not None]
+    if results["targets"]:
+        lines.append(report.targets_text(results["targets"]))
+    return "\n".join(lines)
+
+
+BENCHMARK = runner.Benchmark(
+    name="commit-latency",
+    module="bench.commit_latency",
+    description="Commit latency/throughput of segcat vs delta-rs and pyiceberg.",
+    scenarios=SCENARIOS,
+    run=run,
+    render=commit_doc.render,
+    summary=summary,
+    evaluate=evaluate,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main(BENCHMARK))

@@ -4,100 +4,127 @@
     .venv/bin/python -m bench.read_paths --quick   # smoke run: tiny sizes, doc untouched
     .venv/bin/python -m bench.read_paths --render bench/results/read-paths-<time>.json
 
-1. Open + list every live segment (``snapshot()`` then ``files()``) at 1k / 50k / 1M live
-   segments: (a) Redis key frame + deltas, (b) object-store key frame Parquet (alone, and
+1. ``list``: open + list every live segment (``snapshot()`` then ``files()``) at 1k / 50k / 1M
+   live segments: (a) Redis key frame + deltas, (b) object-store key frame Parquet (alone, and
    + Kafka tail at the head), (c) Kafka replay; delta-rs (``DeltaTable`` + ``file_uris()``)
    and pyiceberg (``load_table`` + ``scan().plan_files()``) beside the 50k table.
-2. Time travel to the middle version (25k live) of a 100-commit, 50k-segment table,
-   segcat with the default lookup chain, delta-rs ``DeltaTable(path, version=mid)``,
-   pyiceberg ``scan(snapshot_id=mid)``.
-3. Commit → ``table.watch()`` latency (watcher in its own process, materializer running).
-4. Materializer catch-up from a cold start over a 100k-commit log.
+2. ``timetravel``: the middle version (25k live) of a 100-commit, 50k-segment table, segcat
+   with the default lookup chain, delta-rs ``DeltaTable(path, version=mid)``, pyiceberg
+   ``scan(snapshot_id=mid)``.
+3. ``watch``: commit → ``table.watch()`` latency (watcher in its own process, materializer running).
+4. ``catchup``: materializer catch-up from a cold start over a 100k-commit log.
 
 Everything runs against the local stack (Kafka + Redis) and a temporary local warehouse.
-Raw results go to ``bench/results/read-paths-<UTC time>.json``; full runs also update the
-``read-paths`` section of docs/BENCHMARKS.md.
+Helpers: ``read_segcat`` (segcat's tables and reads), ``read_processes`` (writer, materializer
+and watcher processes), ``peers`` (delta-rs, pyiceberg), ``read_whatif`` (alternatives to
+the Redis path), ``read_doc`` (the section's words).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
-import json
-import resource
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import read_peers, read_report, read_segcat, read_whatif
-from bench.environment import describe
-from bench.read_common import FULL, QUICK, Sizes, bulk_plan, measure, profile, profile_file, quiet_logging
-from bench.runs import loadavg
-from segcat import local_stack as stack
+from bench import peers, read_doc, read_segcat, read_whatif, report, runner
+from bench.read_segcat import bulk_plan
+from bench.report import get, size_label
+from bench.runner import Context, Results, measure, profile, profile_file, progress
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog
-from segcat.local_stack.settings import StackSettings
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS_DIR = REPO / "bench" / "results"
-DOC = REPO / "docs" / "BENCHMARKS.md"
+SCENARIOS = ("list", "timetravel", "watch", "catchup")
 
 
-def log(message: str) -> None:
-    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+@dataclass(frozen=True)
+class Sizes:
+    """Everything that scales between a full run and ``--quick``."""
+
+    list_sizes: tuple[int, ...]
+    """Live segments of the open + list tables."""
+    per_commit: dict[int, int]
+    """Segments per bulk commit, by table size."""
+    tail_commits: int
+    """One-segment commits after the bulk (after the key frame): the deltas a reader applies."""
+    peer_size: int
+    """The size at which delta-rs and pyiceberg run beside segcat (one of ``list_sizes``)."""
+    tt_commits: int
+    tt_per_commit: int
+    tt_keyframe_every: int
+    """Key-frame interval (segcat K) and checkpoint interval (delta-rs) of the time-travel tables."""
+    watch_commits: int
+    watch_pause_s: float
+    catchup_commits: int
+    catchup_writers: int
+    reps: int
+    fast_reps: int
+    """Repetitions for cells where one call takes under ``runner.FAST_MS``."""
+    slow_budget_s: float
+    """Time budget of one slow cell; it gets fewer repetitions when one call is this slow."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "per_commit": {str(k): v for k, v in self.per_commit.items()}}
 
 
-def label(size: int) -> str:
-    return (
-        f"{size // 1_000_000}M"
-        if size >= 1_000_000 and size % 1_000_000 == 0
-        else (f"{size // 1000}k" if size >= 1000 and size % 1000 == 0 else str(size))
-    )
+FULL = Sizes(
+    list_sizes=(1_000, 50_000, 1_000_000),
+    per_commit={1_000: 50, 50_000: 1_000, 1_000_000: 10_000},
+    tail_commits=10,
+    peer_size=50_000,
+    tt_commits=100,
+    tt_per_commit=500,
+    tt_keyframe_every=8,
+    watch_commits=1_000,
+    watch_pause_s=0.01,
+    catchup_commits=100_000,
+    catchup_writers=2,
+    reps=5,
+    fast_reps=15,
+    slow_budget_s=150.0,
+)
 
+QUICK = Sizes(
+    list_sizes=(200, 2_000),
+    per_commit={200: 20, 2_000: 200},
+    tail_commits=5,
+    peer_size=2_000,
+    tt_commits=20,
+    tt_per_commit=50,
+    tt_keyframe_every=8,
+    watch_commits=60,
+    watch_pause_s=0.005,
+    catchup_commits=2_000,
+    catchup_writers=2,
+    reps=3,
+    fast_reps=3,
+    slow_budget_s=20.0,
+)
 
 CATCHUP_FOCUS = (
-    "apply_record",
-    "decode_commit",
-    "publish_commit",
-    "flush",
-    "write_keyframe",
-    "write_archive",
-    "to_parquet",
-    "to_ipc",
-    "put_keyframe",
-    "check_redis",
-    "_tick",
-    "seal",
-    "segment_rows",
-    "labels",
-    "get_watermark_offsets",
-    "newest_valid_keyframe",
-    "consume",
-    "put",
-    "_meta",
-    "raw_decode",
-    "verify",
-    "parse",
+    *("apply_record", "decode_commit", "publish_commit", "flush", "write_keyframe", "write_archive"),
+    *("to_parquet", "to_ipc", "put_keyframe", "check_redis", "_tick", "seal", "segment_rows", "labels"),
+    *(
+        "get_watermark_offsets",
+        "newest_valid_keyframe",
+        "consume",
+        "put",
+        "_meta",
+        "raw_decode",
+        "verify",
+        "parse",
+    ),
 )
 """Functions whose totals the catch-up profile always reports (by name)."""
-
 TIME_TRAVEL_FOCUS = (
-    "from_redis",
-    "load",
-    "from_object_store",
-    "newest_valid_keyframe",
-    "archives_between",
-    "apply",
-    "segment_rows",
-    "_encode_segment",
-    "decode_commit",
-    "files",
+    *("from_redis", "load", "from_object_store", "newest_valid_keyframe", "archives_between", "apply"),
+    *("segment_rows", "_encode_segment", "decode_commit", "files"),
 )
 
 
@@ -106,64 +133,63 @@ TIME_TRAVEL_FOCUS = (
 
 def open_list(
     config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"segcat": {}, "profiles": {}}
+) -> Results:
+    out: Results = {"segcat": {}, "profiles": {}}
     for size in sizes.list_sizes:
-        name = f"{ns}.list{label(size)}"
+        name = f"{ns}.list{size_label(size)}"
         created.append(name)
-        log(f"building {name}: {size:,} live segments")
+        progress(f"building {name}: {size:,} live segments")
         built = read_segcat.build_list_table(config, catalog, name, size, sizes)
-        log(f"built in {built.build_s:.0f} s; measuring")
-        out["segcat"][str(size)] = read_segcat.measure_open_list(catalog, built, sizes)
-        cell = out["segcat"][str(size)]
-        log(
-            f"{label(size)}: redis {cell['redis']['median_ms']:.1f} ms, object store "
+        progress(f"built in {built.build_s:.0f} s; measuring")
+        cell = out["segcat"][str(size)] = read_segcat.measure_open_list(catalog, built, sizes)
+        progress(
+            f"{size_label(size)}: redis {cell['redis']['median_ms']:.1f} ms, object store "
             f"{cell['object_store']['median_ms']:.1f} ms, kafka {cell['kafka']['median_ms']:.1f} ms"
         )
         if size in (sizes.peer_size, max(sizes.list_sizes)):
             table = catalog.table(name)
-            out["profiles"][f"redis_{label(size)}"] = read_segcat.profile_redis_read(table)
+            out["profiles"][f"redis_{size_label(size)}"] = profile(lambda: read_segcat.list_files(table))  # noqa: B023
             assert catalog.redis is not None
-            log(f"what-if experiments on the {label(size)} key frame")
+            progress(f"what-if experiments on the {size_label(size)} key frame")
             cell["whatif"] = read_whatif.keyframe_whatif(config, catalog.redis, table, sizes.reps)
         gc.collect()
 
     size = sizes.peer_size
     plan = bulk_plan(size - sizes.tail_commits, sizes.per_commit[size])
     full_plan = plan + [1] * sizes.tail_commits
-    log(f"building delta-rs and pyiceberg tables with {size:,} files ({len(full_plan)} commits)")
-    peers: dict[str, Any] = {}
+    progress(f"building delta-rs and pyiceberg tables with {size:,} files ({len(full_plan)} commits)")
     started = time.perf_counter()
-    delta = read_peers.build_delta(workdir / "delta-list", full_plan, checkpoint_after=len(plan))
+    delta = peers.build_delta(workdir / "delta-list", full_plan, checkpoint_after=len(plan))
     delta.details["build_s"] = round(time.perf_counter() - started, 1)
-    timing = read_peers.measure_delta(delta.root, size, sizes.reps, sizes.fast_reps)
-    timing.details = delta.details
-    peers["delta"] = timing.to_json()
     started = time.perf_counter()
-    ice = read_peers.build_iceberg(
-        read_peers.iceberg_catalog(workdir / "iceberg"),
+    ice = peers.build_iceberg(
+        peers.iceberg_catalog(workdir / "iceberg"),
         "bench.list",
         workdir / "iceberg-data-list",
         full_plan,
     )
     ice.details["build_s"] = round(time.perf_counter() - started, 1)
-    timing = read_peers.measure_iceberg(ice, size, sizes.reps, sizes.fast_reps)
-    timing.details = ice.details
-    peers["iceberg"] = timing.to_json()
-    out["peers"] = {"size": size, **peers}
-    log(f"delta-rs {peers['delta']['median_ms']:.1f} ms, pyiceberg {peers['iceberg']['median_ms']:.1f} ms")
+    out["peers"] = {
+        "size": size,
+        "delta": peers.measure_listing(delta, size, sizes.reps, sizes.fast_reps),
+        "iceberg": peers.measure_listing(ice, size, sizes.reps, sizes.fast_reps),
+    }
+    progress(
+        f"delta-rs {out['peers']['delta']['median_ms']:.1f} ms, pyiceberg "
+        f"{out['peers']['iceberg']['median_ms']:.1f} ms"
+    )
     return out
 
 
 def time_travel(
     config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
-) -> dict[str, Any]:
+) -> Results:
     plan = [sizes.tt_per_commit] * sizes.tt_commits
     mid_index = sizes.tt_commits // 2 - 1
     expected = sizes.tt_per_commit * (mid_index + 1)
     name = f"{ns}.timetravel"
     created.append(name)
-    log(f"building {name}: {sum(plan):,} segments in {len(plan)} commits, K={sizes.tt_keyframe_every}")
+    progress(f"building {name}: {sum(plan):,} segments in {len(plan)} commits, K={sizes.tt_keyframe_every}")
     built = read_segcat.build_table(
         config, catalog, name, plan, keyframe_every=sizes.tt_keyframe_every, prefix="t"
     )
@@ -179,152 +205,180 @@ def time_travel(
     store_only.details = {"what": "the same version with sources=('object-store',): no Redis detour"}
     out["segcat_object_store_only"] = store_only.to_json()
     out["profile"] = profile(lambda: read_segcat.list_files(table, mid), focus=TIME_TRAVEL_FOCUS)
-    log(f"segcat time travel {out['segcat']['median_ms']:.1f} ms")
+    progress(f"segcat time travel {out['segcat']['median_ms']:.1f} ms")
 
     started = time.perf_counter()
-    delta = read_peers.build_delta(workdir / "delta-tt", plan, checkpoint_interval=sizes.tt_keyframe_every)
+    delta = peers.build_delta(workdir / "delta-tt", plan, checkpoint_interval=sizes.tt_keyframe_every)
     delta.details["build_s"] = round(time.perf_counter() - started, 1)
-    timing = read_peers.measure_delta(
-        delta.root, expected, sizes.reps, sizes.fast_reps, version=delta.versions[mid_index]
+    version = delta.versions[mid_index]
+    out["delta"] = peers.measure_listing(
+        delta, expected, sizes.reps, sizes.fast_reps, at=version, version=version
     )
-    timing.details = {**delta.details, "version": delta.versions[mid_index]}
-    out["delta"] = timing.to_json()
     started = time.perf_counter()
-    ice = read_peers.build_iceberg(
-        read_peers.iceberg_catalog(workdir / "iceberg"), "bench.timetravel", workdir / "iceberg-data-tt", plan
+    ice = peers.build_iceberg(
+        peers.iceberg_catalog(workdir / "iceberg"), "bench.timetravel", workdir / "iceberg-data-tt", plan
     )
     ice.details["build_s"] = round(time.perf_counter() - started, 1)
-    snapshot_id = ice.snapshot_ids[mid_index]
-    timing = read_peers.measure_iceberg(ice, expected, sizes.reps, sizes.fast_reps, snapshot_id=snapshot_id)
-    timing.details = {**ice.details, "snapshot_index": mid_index + 1, "snapshot_id": snapshot_id}
-    out["iceberg"] = timing.to_json()
+    snapshot_id = ice.versions[mid_index]
+    out["iceberg"] = peers.measure_listing(
+        ice,
+        expected,
+        sizes.reps,
+        sizes.fast_reps,
+        at=snapshot_id,
+        snapshot_index=mid_index + 1,
+        snapshot_id=snapshot_id,
+    )
     out["mid"] = {"segcat_version": mid, "live_segments": expected}
-    log(f"delta-rs {out['delta']['median_ms']:.1f} ms, pyiceberg {out['iceberg']['median_ms']:.1f} ms")
+    progress(f"delta-rs {out['delta']['median_ms']:.1f} ms, pyiceberg {out['iceberg']['median_ms']:.1f} ms")
     return out
 
 
-def watch(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def watch(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list[str]) -> Results:
+    out: Results = {}
     for key, pause in (("paced", sizes.watch_pause_s), ("back_to_back", 0.0)):
         name = f"{ns}.watch{key.replace('_', '')}"
         created.append(name)
-        log(f"watch latency, {key}: {sizes.watch_commits} commits")
+        progress(f"watch latency, {key}: {sizes.watch_commits} commits")
         out[key] = read_segcat.run_watch(config, catalog, name, sizes.watch_commits, pause)
         got = out[key]["arrival_minus_broker_ts"]
-        log(f"{key}: p50 {got['median_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms")
+        progress(f"{key}: p50 {got['median_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms")
     return out
 
 
 def catchup(
     config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
-) -> dict[str, Any]:
+) -> Results:
     name = f"{ns}.catchup"
     created.append(name)
-    log(f"building a {sizes.catchup_commits:,}-commit log with {sizes.catchup_writers} writer processes")
+    progress(f"building a {sizes.catchup_commits:,}-commit log with {sizes.catchup_writers} writer processes")
     built = read_segcat.build_log(config, catalog, name, sizes.catchup_commits, sizes.catchup_writers)
-    log(f"log built in {built['build_s']:.0f} s; {sizes.reps} cold catch-ups + 1 profiled")
+    progress(f"log built in {built['build_s']:.0f} s; {sizes.reps} cold catch-ups + 1 profiled")
     profile_path = workdir / "catchup.prof"
     out = read_segcat.measure_catchup(
         config, catalog, name, built["records"] - 1, workdir, sizes.reps, profile_path
     )
     out["build"] = built
     out["profile"] = profile_file(profile_path, top=40, focus=CATCHUP_FOCUS)
-    log("timing a bare replay of the same log (rules only, no Redis, no key frames)")
+    progress("timing a bare replay of the same log (rules only, no Redis, no key frames)")
     out["replay_floor"] = read_segcat.replay_floor(catalog, name, built["records"], sizes.reps)
-    log(f"catch-up: {out['median_commits_per_s']:,.0f} commits/s")
+    progress(f"catch-up: {out['median_commits_per_s']:,.0f} commits/s")
     return out
 
 
-# --------------------------------------------------------------------------- main
-
-
-def run(sizes: Sizes, *, quick: bool, keep: bool, only: set[str]) -> dict[str, Any]:
-    base = Config.load()
-    stack.up(StackSettings.load())
+def run(ctx: Context) -> Results:
+    sizes = QUICK if ctx.quick else FULL
     workdir = Path(tempfile.mkdtemp(prefix="segcat-read-paths-"))
-    config = replace(base, warehouse=str(workdir / "warehouse"))
+    config = replace(ctx.config, warehouse=str(workdir / "warehouse"))
     catalog = Catalog(config)
     ns = f"rp{uuid.uuid4().hex[:8]}"
     created: list[str] = []
-    results: dict[str, Any] = {
-        "benchmark": "read-paths",
-        "quick": quick,
-        "command": "python -m bench.read_paths" + (" --quick" if quick else ""),
-        "environment": describe(config, REPO),
-        "sizes": sizes.to_json(),
-        "namespace": ns,
-        "warehouse": "local directory (temporary)",
-    }
-    log(f"namespace {ns}, warehouse {config.warehouse}")
+    out: Results = {"params": sizes.to_json(), "namespace": ns, "warehouse": "local directory (temporary)"}
+    progress(f"namespace {ns}, warehouse {config.warehouse}")
     try:
-        if "list" in only:
-            results["open_list"] = open_list(config, catalog, ns, sizes, workdir, created)
-        if "timetravel" in only:
-            results["time_travel"] = time_travel(config, catalog, ns, sizes, workdir, created)
-        if "watch" in only:
-            results["watch"] = watch(config, catalog, ns, sizes, created)
-        if "catchup" in only:
-            results["catchup"] = catchup(config, catalog, ns, sizes, workdir, created)
+        if "list" in ctx.only:
+            out["open_list"] = open_list(config, catalog, ns, sizes, workdir, created)
+        if "timetravel" in ctx.only:
+            out["time_travel"] = time_travel(config, catalog, ns, sizes, workdir, created)
+        if "watch" in ctx.only:
+            out["watch"] = watch(config, catalog, ns, sizes, created)
+        if "catchup" in ctx.only:
+            out["catchup"] = catchup(config, catalog, ns, sizes, workdir, created)
     finally:
-        results["loadavg_at_end"] = list(loadavg())
-        results["peak_rss_mb"] = {
-            "benchmark_process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "largest_child_process": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
-        }
-        results["finished_utc"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        if not keep:
-            log("dropping the benchmark's topics, Redis keys and warehouse")
+        if not ctx.args.keep:
+            progress("dropping the benchmark's topics, Redis keys and warehouse")
             read_segcat.drop_tables(config, catalog, created)
             shutil.rmtree(workdir, ignore_errors=True)
-    results["targets"] = read_report.targets(results)
-    return results
+    if ctx.args.baseline:
+        earlier = runner.load_results(ctx.args.baseline)
+        env = earlier.get("environment", {})
+        out["baseline"] = {
+            "path": str(ctx.args.baseline),
+            **{k: env.get(k) for k in ("git", "date_utc", "loadavg_at_start")},
+            "figures": headline(earlier),
+        }
+    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.read_paths", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke run (doc untouched)")
-    parser.add_argument("--keep", action="store_true", help="keep topics, Redis keys and the warehouse")
-    parser.add_argument(
-        "--only",
-        default="list,timetravel,watch,catchup",
-        help="comma-separated subset of: list, timetravel, watch, catchup",
-    )
-    parser.add_argument("--no-doc", action="store_true", help="do not update docs/BENCHMARKS.md")
-    parser.add_argument("--render", type=Path, help="re-render the doc section from a saved results JSON")
+# --------------------------------------------------------------------------- checks
+
+
+def headline(results: Results) -> dict[str, float | None]:
+    """The figures worth comparing between runs."""
+    out: dict[str, float | None] = {}
+    for size in results["params"].get("list_sizes", []):
+        for path in ("redis", "object_store", "kafka"):
+            key = f"open + list {size_label(size)}, {path.replace('_', ' ')} (ms)"
+            out[key] = get(results, "open_list", "segcat", str(size), path, "median_ms")
+    out["time travel (ms)"] = get(results, "time_travel", "segcat", "median_ms")
+    for key, label in (("paced", "paced"), ("back_to_back", "back to back")):
+        out[f"watch p99, {label} (ms)"] = get(results, "watch", key, "arrival_minus_broker_ts", "p99_ms")
+    out["catch-up (commits/s)"] = get(results, "catchup", "median_commits_per_s")
+    return out
+
+
+def evaluate(results: Results) -> None:
+    """The issue's five targets, and the headline figures a later run can be compared with."""
+    params = results["params"]
+    peer, biggest = str(params.get("peer_size")), str(max(params.get("list_sizes") or [0]))
+    seg = get(results, "open_list", "segcat") or {}
+    target = report.target
+    results["targets"] = [
+        target(
+            f"open + list {size_label(peer)} segments from Redis (median)",
+            get(seg, peer, "redis", "median_ms"),
+            25.0,
+            "ms",
+        ),
+        target(
+            f"open + list {size_label(biggest)} segments from Redis (median)",
+            get(seg, biggest, "redis", "median_ms"),
+            300.0,
+            "ms",
+        ),
+        target(
+            "time travel to the middle version (median)",
+            get(results, "time_travel", "segcat", "median_ms"),
+            50.0,
+            "ms",
+        ),
+        target(
+            "commit → watch() notification p99 (paced writer)",
+            get(results, "watch", "paced", "arrival_minus_broker_ts", "p99_ms"),
+            50.0,
+            "ms",
+        ),
+        target(
+            "materializer catch-up (median)",
+            get(results, "catchup", "median_commits_per_s"),
+            20_000.0,
+            "commits/s",
+        ),
+    ]
+    results["headline"] = headline(results)
+
+
+def summary(results: Results) -> str:
+    return report.targets_text(results["targets"], read_doc.ms)
+
+
+def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline", type=Path, help="an earlier results JSON to compare the headline figures with"
     )
-    args = parser.parse_args(argv)
-    if args.render:
-        results = json.loads(args.render.read_text())
-        results["targets"] = read_report.targets(results)
-        read_report.update_doc(
-            DOC,
-            results,
-            args.render.relative_to(REPO)
-            if args.render.is_absolute() and args.render.is_relative_to(REPO)
-            else args.render,
-        )
-        log(f"updated {DOC}")
-        return 0
-    quiet_logging()
-    only = {part.strip() for part in args.only.split(",") if part.strip()}
-    sizes = QUICK if args.quick else FULL
-    results = run(sizes, quick=args.quick, keep=args.keep, only=only)
-    if args.baseline:
-        results["baseline"] = read_report.baseline_of(args.baseline, json.loads(args.baseline.read_text()))
-        results["command"] += f" --baseline {args.baseline}"
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S")
-    path = RESULTS_DIR / f"read-paths-{stamp}{'-quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(results, indent=1, default=str))
-    log(f"results: {path}")
-    print(read_report.summary_text(results))
-    if not args.quick and not args.no_doc and only == {"list", "timetravel", "watch", "catchup"}:
-        read_report.update_doc(DOC, results, path.relative_to(REPO))
-        log(f"updated the read-paths section of {DOC}")
-    return 0
 
+
+BENCHMARK = runner.Benchmark(
+    name="read-paths",
+    module="bench.read_paths",
+    description="Read paths of segcat (open + list, time travel, watch, catch-up), delta-rs and pyiceberg.",
+    scenarios=SCENARIOS,
+    run=run,
+    render=read_doc.render,
+    summary=summary,
+    evaluate=evaluate,
+    options=options,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(runner.main(BENCHMARK))

@@ -26,7 +26,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
 
-from bench.read_common import quiet_logging
+from bench.runner import quiet_logging
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.protocol.names import table_name

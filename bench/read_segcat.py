@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import inspect
-import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.read_common import NS_PER_MS, Sizes, bulk_plan, measure, profile
 from bench.read_processes import (
     WatcherProcess,
     catch_up,
@@ -29,18 +26,22 @@ from bench.read_processes import (
     materializer_process,
     write_in_processes,
 )
-from bench.stats import Summary
+from bench.runner import NS_PER_MS, measure, percentile, summary, to_ms
 from segcat.catalog.config import Config
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.frame_view import FrameView
+from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.producers.writer import TableWriter
+
+if TYPE_CHECKING:
+    from bench.read_paths import Sizes
 
 
 @dataclass
@@ -69,16 +70,25 @@ class Built:
         }
 
 
+def bulk_plan(total: int, per_commit: int) -> list[int]:
+    """Segments per commit adding ``total`` segments in commits of ``per_commit`` (last one smaller)."""
+    full, rest = divmod(total, per_commit)
+    return [per_commit] * full + ([rest] if rest else [])
+
+
 def wait_for_offset(redis: RedisStore, table: str, offset: int, timeout_s: float) -> None:
     """Until the materialized head (in Redis) has applied ``offset``."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        head = redis.head(table)
-        if head is not None and head.offset >= offset:
-            return
+    while (head := redis.head(table)) is None or head.offset < offset:
         if time.monotonic() > deadline:
             raise TimeoutError(f"materializer did not reach offset {offset} of {table} (head {head})")
         time.sleep(0.05)
+
+
+def forget_table(redis: RedisStore, table: str) -> None:
+    """Delete the table's Redis keys (head, deltas, key frame) and its registration."""
+    redis.client.delete(keys.head_key(table), keys.deltas_key(table), keys.keyframe_key(table))
+    redis.client.srem(keys.TABLES_KEY, table_name(table).qualified)
 
 
 def build_table(
@@ -94,9 +104,9 @@ def build_table(
         wait_for_offset(catalog.redis, table, versions[-1], timeout_s=1800)
     build_s = time.perf_counter() - started
     head = catalog.redis.head(table)
-    newest = catalog.table(table).files
-    assert newest is not None
-    kf_versions = newest.keyframe_versions()
+    files = catalog.table(table).files
+    assert files is not None
+    kf_versions = files.keyframe_versions()
     return Built(
         name=table,
         live=sum(plan),
@@ -158,70 +168,64 @@ def list_files(
 def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str, Any]:
     """Every read path of one table: Redis, object store (alone, and + Kafka tail), Kafka replay."""
     table = catalog.table(built.name)
-    out: dict[str, Any] = {"table": built.to_json()}
-    out["redis"] = measure(
-        lambda: list_files(table),
-        reps=sizes.reps,
-        fast_reps=sizes.fast_reps,
-        check=expect(built.live, "redis"),
-    ).to_json()
-    out["redis"]["details"] = {"what": "the head as of the log's end: Redis + one watermark request"}
-    stale = measure(
-        lambda: list_files(table, stale_ok=True),
-        reps=sizes.reps,
-        fast_reps=sizes.fast_reps,
-        check=expect(built.live, "redis"),
-    )
-    stale.details = {"what": "snapshot(stale_ok=True): the materialized head, no Kafka tail"}
-    out["redis_stale_ok"] = stale.to_json()
     kf = built.newest_keyframe
     assert kf is not None
     kf_live = built.live - sizes.tail_commits  # the tail commits come after the key frame
-    store = measure(
-        lambda: list_files(table, kf, ("object-store",)),
-        reps=sizes.reps,
-        fast_reps=sizes.fast_reps,
-        check=expect(kf_live, "object-store"),
-    )
-    store.details = {
-        "version": kf,
-        "live_segments": kf_live,
-        "what": "key frame Parquet only (version = key frame)",
-    }
-    out["object_store"] = store.to_json()
-    tail = measure(
-        lambda: list_files(table, None, ("object-store", "kafka")),
-        reps=sizes.reps,
-        fast_reps=sizes.fast_reps,
-        check=expect(built.live, "object-store+kafka"),
-    )
-    tail.details = {"what": f"key frame Parquet + Kafka tail of {sizes.tail_commits} records (head)"}
-    out["object_store_kafka_tail"] = tail.to_json()
     slow = built.live >= 100_000
-    replay = measure(
+
+    def cell(
+        fn: Callable[[], Any], check: Callable[[Any], None] | None, what: str, **kw: Any
+    ) -> dict[str, Any]:
+        timing = measure(fn, reps=sizes.reps, fast_reps=sizes.fast_reps, check=check, **kw)
+        timing.details = {"what": what, **timing.details}
+        return timing.to_json()
+
+    out: dict[str, Any] = {"table": built.to_json()}
+    out["redis"] = cell(
+        lambda: list_files(table),
+        expect(built.live, "redis"),
+        "the head as of the log's end: Redis + one watermark request",
+    )
+    out["redis_stale_ok"] = cell(
+        lambda: list_files(table, stale_ok=True),
+        expect(built.live, "redis"),
+        "snapshot(stale_ok=True): the materialized head, no Kafka tail",
+    )
+    out["object_store"] = cell(
+        lambda: list_files(table, kf, ("object-store",)),
+        expect(kf_live, "object-store"),
+        "key frame Parquet only (version = key frame)",
+    )
+    out["object_store"]["details"].update(version=kf, live_segments=kf_live)
+    out["object_store_kafka_tail"] = cell(
+        lambda: list_files(table, None, ("object-store", "kafka")),
+        expect(built.live, "object-store+kafka"),
+        f"key frame Parquet + Kafka tail of {sizes.tail_commits} records (head)",
+    )
+    out["kafka"] = cell(
         lambda: list_files(table, None, ("kafka",)),
-        reps=sizes.reps,
-        fast_reps=sizes.fast_reps,
+        expect(built.live, "kafka"),
+        f"replay of all {built.commits} records from offset 0",
         warmup=0 if slow else 1,
         budget_s=sizes.slow_budget_s,
-        check=expect(built.live, "kafka"),
     )
-    replay.details = {"what": f"replay of all {built.commits} records from offset 0"}
-    out["kafka"] = replay.to_json()
-    out["open_table"] = measure(
-        lambda: catalog.table(built.name), reps=sizes.reps, fast_reps=sizes.fast_reps
-    ).to_json()
-    out["open_table"]["details"] = {"what": "Catalog.table(name): topic metadata + config check"}
+    out["open_table"] = cell(
+        lambda: catalog.table(built.name), None, "Catalog.table(name): topic metadata + config check"
+    )
     out["redis_phases"] = redis_phases(catalog, table, sizes.reps)
     return out
 
 
-def _from_ipc_as_the_chain_does(data: bytes) -> keyframe.KeyFrame:
-    """``keyframe.from_ipc`` as ``lookup.from_redis`` calls it (skipping the content checksum when
-    the bytes were already verified, where this version of segcat supports that)."""
-    if "verified_bytes" in inspect.signature(keyframe.from_ipc).parameters:
-        return keyframe.from_ipc(data, verified_bytes=True)  # type: ignore[call-arg, unused-ignore]
-    return keyframe.from_ipc(data)
+REDIS_STEPS = (
+    "redis_hget_keyframe_only",
+    "redis_load_incl_sha256",
+    "sha256_of_value",
+    "from_ipc",
+    "keyframe_checksum_not_in_chain",
+    "decode_deltas",
+    "frameview_apply_deltas",
+    "files",
+)
 
 
 def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
@@ -229,54 +233,38 @@ def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
     redis = catalog.redis
     assert redis is not None
     name = table.name.qualified
-    phases: dict[str, list[float]] = {}
+    phases: dict[str, list[float]] = {step: [] for step in REDIS_STEPS}
     size = deltas = 0
     for _ in range(reps + 1):  # the first pass is a warm-up
         gc.collect()
         marks = [time.perf_counter_ns()]
-
-        def mark() -> None:
-            marks.append(time.perf_counter_ns())  # noqa: B023 - marks is rebound per pass on purpose
-
-        raw = redis.client.hget(redis.keyframe_key(name), "data")
-        mark()
+        raw = redis.client.hget(keys.keyframe_key(name), "data")
+        marks.append(time.perf_counter_ns())
         loaded = redis.load(name)
-        mark()
+        marks.append(time.perf_counter_ns())
         assert isinstance(raw, bytes) and loaded.keyframe is not None and loaded.head is not None
         size = len(raw)
         hashlib.sha256(loaded.keyframe).hexdigest()
-        mark()
-        frame = _from_ipc_as_the_chain_does(loaded.keyframe)
-        mark()
+        marks.append(time.perf_counter_ns())
+        frame = keyframe.from_ipc(loaded.keyframe, verified_bytes=True)  # as lookup.from_redis calls it
+        marks.append(time.perf_counter_ns())
         keyframe.verify(frame.table)
-        mark()
-        commits = [(d.version, d.timestamp_ms, codec.decode_commit(d.value)) for d in loaded.deltas]
-        mark()
+        marks.append(time.perf_counter_ns())
+        commits = [
+            CommitDelta(d.version, d.timestamp_ms, codec.decode_commit(d.value)) for d in loaded.deltas
+        ]
+        marks.append(time.perf_counter_ns())
         view = FrameView.from_keyframe(frame).apply(commits, offset=max(loaded.head.offset, frame.version))
-        mark()
+        marks.append(time.perf_counter_ns())
         listed = Snapshot(view, table.root, origin="redis").files()
-        mark()
+        marks.append(time.perf_counter_ns())
         assert len(listed) == view.live_count
         deltas = len(commits)
-        steps = (
-            "redis_hget_keyframe_only",
-            "redis_load_incl_sha256",
-            "sha256_of_value",
-            "from_ipc",
-            "keyframe_checksum_not_in_chain",
-            "decode_deltas",
-            "frameview_apply_deltas",
-            "files",
-        )
-        for i, step in enumerate(steps):
-            phases.setdefault(step, []).append((marks[i + 1] - marks[i]) / NS_PER_MS)
+        for i, step in enumerate(REDIS_STEPS):
+            phases[step].append((marks[i + 1] - marks[i]) / NS_PER_MS)
         del raw, loaded, frame, view, listed
     medians = {k: round(statistics.median(v[1:]), 3) for k, v in phases.items()}
     return {"keyframe_ipc_bytes": size, "deltas": deltas, "median_ms": medians}
-
-
-def profile_redis_read(table: Table, calls: int = 3) -> dict[str, Any]:
-    return profile(lambda: list_files(table), calls=calls)
 
 
 # --------------------------------------------------------------------------- time travel
@@ -314,7 +302,6 @@ def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_
     """
     catalog.create_table(table)
     assert catalog.redis is not None
-    out: dict[str, Any] = {"table": table, "commits": commits, "pause_s": pause_s}
     with materializer_process(materializer_config(config), table), TableWriter(config, table) as writer:
         counter = 0
 
@@ -350,50 +337,41 @@ def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_
         finally:
             watcher.kill()
     seen = {a[0]: a for a in arrivals}
-    missing = [v for v in sends if v not in seen]
     vs_broker: list[int] = []
     vs_return: list[int] = []
     vs_send: list[int] = []
     sources: dict[str, int] = {}
     for version, (sent, returned) in sends.items():
-        got = seen.get(version)
-        if got is None:
+        if (got := seen.get(version)) is None:
             continue
         _, arrived, ts_ms, _, source = got
         sources[source] = sources.get(source, 0) + 1
         vs_broker.append(arrived - ts_ms * NS_PER_MS)
         vs_return.append(arrived - returned)
         vs_send.append(arrived - sent)
-    out.update(
-        {
-            "write_wall_s": round(wall, 2),
-            "commits_per_s": round(commits / wall, 1),
-            "received": len(vs_broker),
-            "missing": len(missing),
-            "sources": sources,
-            "arrival_minus_broker_ts": Summary.of(vs_broker).to_json(),
-            "arrival_minus_commit_return": _signed_summary(vs_return),
-            "arrival_minus_commit_send": Summary.of(vs_send).to_json(),
-            "samples_arrival_minus_broker_ts_us": [round(v / 1000) for v in vs_broker],
-        }
-    )
-    return out
-
-
-def _signed_summary(samples_ns: list[int]) -> dict[str, float]:
-    ordered = sorted(samples_ns)
-
-    def pick(q: float) -> int:
-        """Nearest-rank percentile (``q`` in 0..1)."""
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
     return {
-        "median_ms": round(pick(0.5) / NS_PER_MS, 3),
-        "p99_ms": round(pick(0.99) / NS_PER_MS, 3),
-        "min_ms": round(ordered[0] / NS_PER_MS, 3),
-        "max_ms": round(ordered[-1] / NS_PER_MS, 3),
-        "negative_share": round(sum(1 for v in ordered if v < 0) / len(ordered), 3),
+        "table": table,
+        "commits": commits,
+        "pause_s": pause_s,
+        "write_wall_s": round(wall, 2),
+        "commits_per_s": round(commits / wall, 1),
+        "received": len(vs_broker),
+        "missing": sum(1 for v in sends if v not in seen),
+        "sources": sources,
+        "arrival_minus_broker_ts": summary(to_ms(vs_broker)),
+        "arrival_minus_commit_return": _signed_summary(to_ms(vs_return)),
+        "arrival_minus_commit_send": summary(to_ms(vs_send)),
+        "samples_arrival_minus_broker_ts_us": [round(v / 1000) for v in vs_broker],
     }
+
+
+def _signed_summary(samples_ms: list[float]) -> dict[str, float]:
+    """``summary`` of samples that may be negative, with the nearest-rank median (a sample, not
+    a mean of two) and the share of negative ones (the notification came first)."""
+    out = summary(samples_ms)
+    out["median_ms"] = round(percentile(sorted(samples_ms), 50), 4)
+    out["negative_share"] = round(sum(1 for v in samples_ms if v < 0) / len(samples_ms), 3)
+    return out
 
 
 # --------------------------------------------------------------------------- catch-up
@@ -424,16 +402,15 @@ def measure_catchup(
     """Cold starts: each a new consumer group, an empty warehouse and no Redis keys for the table."""
     assert catalog.redis is not None
     runs: list[dict[str, Any]] = []
+    records = end_offset + 1
     for rep in range(reps + 1):
         profiled = rep == reps
-        catalog.redis.forget_table(table)
-        warehouse = workdir / f"catchup-warehouse-{rep}"
-        cfg = replace(materializer_config(config), warehouse=str(warehouse))
+        forget_table(catalog.redis, table)
+        cfg = replace(materializer_config(config), warehouse=str(workdir / f"catchup-warehouse-{rep}"))
         result = catch_up(cfg, table, end_offset, profile_to=profile_to if profiled else None)
         marks = result["marks"]
         if "caught_up" not in marks:
             raise RuntimeError(f"catch-up did not finish: {result}")
-        records = end_offset + 1
         total = marks["caught_up"] - marks["ready"]
         steady = marks["caught_up"] - marks["first_record"]
         run: dict[str, Any] = {
@@ -451,16 +428,16 @@ def measure_catchup(
             split["rest"] = round(total - sum(split.values()), 2)
             run["split_s"] = split
         runs.append(run)
-    timed_runs = [r for r in runs if not r["profiled"]]
+    timed = [r for r in runs if not r["profiled"]]
     return {
         "table": table,
-        "records": end_offset + 1,
+        "records": records,
         "runs": runs,
-        "median_commits_per_s": statistics.median(r["commits_per_s"] for r in timed_runs),
+        "median_commits_per_s": statistics.median(r["commits_per_s"] for r in timed),
         "median_commits_per_s_after_first_record": statistics.median(
-            r["commits_per_s_after_first_record"] for r in timed_runs
+            r["commits_per_s_after_first_record"] for r in timed
         ),
-        "median_seconds": statistics.median(r["seconds_from_ready"] for r in timed_runs),
+        "median_seconds": statistics.median(r["seconds_from_ready"] for r in timed),
     }
 
 
@@ -468,17 +445,12 @@ def replay_floor(catalog: Catalog, table: str, records: int, reps: int) -> dict[
     """A bare replay of the log (``Table.state()``: read + decode + rules), the materializer's floor."""
     handle = catalog.table(table)
 
-    def replay() -> int:
-        return handle.state().version
-
     def check(version: int) -> None:
         if version != records - 1:
             raise AssertionError(f"replayed to {version}, expected {records - 1}")
 
-    timing = measure(replay, reps=reps, warmup=0, check=check)
-    out = timing.to_json()
-    out["commits_per_s"] = round(records / (timing.median_ms / 1000), 1)
-    return out
+    timing = measure(lambda: handle.state().version, reps=reps, warmup=0, check=check)
+    return {**timing.to_json(), "commits_per_s": round(records / (timing.median_ms / 1000), 1)}
 
 
 def drop_tables(config: Config, catalog: Catalog, tables: list[str]) -> None:
@@ -486,7 +458,7 @@ def drop_tables(config: Config, catalog: Catalog, tables: list[str]) -> None:
     for table in tables:
         try:
             if catalog.redis is not None:
-                catalog.redis.forget_table(table)
+                forget_table(catalog.redis, table)
             admin.delete(table_name(table))
         except Exception as exc:  # cleanup is best effort
             print(f"could not drop {table}: {exc}")

@@ -30,13 +30,13 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bench.read_common import NS_PER_MS
+from bench.runner import NS_PER_MS
 from segcat.catalog.config import Config
-from segcat.catalog.read.frame_view import FrameView
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.redis_store import RedisStore
+from segcat.catalog.storage.frame_view import FrameView
+from segcat.catalog.storage.redis import RedisStore, keys
 
 BENCH_KEY_PREFIX = "segcat-bench:read-paths"
 
@@ -103,7 +103,7 @@ class RawGet:
 
 def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int = 5) -> dict[str, Any]:
     name = table.name.qualified
-    raw = redis.client.hget(redis.keyframe_key(name), "data")
+    raw = redis.client.hget(keys.keyframe_key(name), "data")
     assert isinstance(raw, bytes)
     frame = keyframe.from_ipc(raw)
     rows = frame.table

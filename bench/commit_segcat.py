@@ -1,15 +1,14 @@
-"""segcat scenarios: sequential appends, concurrent writer processes, a long log.
+"""segcat's commit-latency scenarios: sequential appends, concurrent writer processes, a long log.
 
-Every commit is a ``TableWriter.append`` of one fresh segment with two column stats; the
-latency of a commit is the wall time of that call (validate + encode + produce with
-acks=all + delivery report + catch-up fetch to judge the commit). Each writer makes one
-untimed warm-up commit first, so connection set-up and the producer id handshake are not
-counted.
+Every commit is a ``TableWriter.append`` of one fresh segment with two column stats; its
+latency is the wall time of that call (validate + encode + produce with acks=all + delivery
+report + catch-up fetch to judge the commit). Each writer makes one untimed warm-up commit
+first, so connection set-up and the producer id handshake are not counted.
 
-``PhaseProbe`` splits a commit's time into *produce* (send → delivery report) and
-*catch-up* (fetch + replay up to the own record) by wrapping the writer's two internal
-steps. It is benchmark-only instrumentation of private attributes: if the writer's
-internals change, it switches itself off and the breakdown is simply missing.
+``PhaseProbe`` splits a commit's time into *produce* (send → delivery report) and *catch-up*
+(fetch + replay up to the own record) by wrapping the writer's two internal steps. It is
+benchmark-only instrumentation of private attributes: if the writer's internals change, it
+switches itself off and the breakdown is simply missing.
 """
 
 from __future__ import annotations
@@ -20,7 +19,8 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from ctypes import Array, c_int
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
@@ -29,9 +29,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from bench.cpu import CpuMeter
-from bench.runs import Run, Tick, loadavg, no_tick
-from bench.stats import NS_PER_MS, Summary, median_ms
+from bench.commit_runs import CpuMeter, Run, timed_commits
+from bench.runner import NS_PER_MS, Tick, loadavg, summary, time_each, to_ms
 from segcat.catalog.config import Config
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.topics import TopicAdmin
@@ -60,6 +59,18 @@ def make_segment(prefix: str, i: int) -> Segment:
     )
 
 
+def make_commit(prefix: str, i: int, table: str, writer_id: str) -> Commit:
+    return Commit(
+        commit_id=Commit.new_id(),
+        table=table,
+        operation=Operation.APPEND,
+        base_version=-1,
+        writer_id=writer_id,
+        timestamp_ms=int(time.time() * 1000),
+        adds=(make_segment(prefix, i),),
+    )
+
+
 # --------------------------------------------------------------------------- phases
 
 
@@ -72,17 +83,15 @@ class PhaseProbe:
     catchup_ns: list[int] = field(default_factory=list)
     records: list[int] = field(default_factory=list)
     """Records applied by each catch-up (1 = only the own commit)."""
-    _produce_acc: int = 0
-    _catchup_acc: int = 0
-    _records_acc: int = 0
+    _acc: list[int] = field(default_factory=lambda: [0, 0, 0])
 
     @classmethod
     def attach(cls, writer: TableWriter) -> PhaseProbe:
         probe = cls()
         produce = getattr(writer, "_produce", None)
-        tailer = getattr(writer, "_tailer", None)
-        catch_up = getattr(tailer, "catch_up", None)
-        if produce is None or tailer is None or catch_up is None or not hasattr(tailer, "_position"):
+        follower = getattr(writer, "_follower", None) or getattr(writer, "_tailer", None)
+        catch_up = getattr(follower, "catch_up", None)
+        if produce is None or follower is None or catch_up is None or not hasattr(follower, "_position"):
             return probe
         probe.enabled = True
 
@@ -91,31 +100,36 @@ class PhaseProbe:
             try:
                 return produce(*args, **kwargs)
             finally:
-                probe._produce_acc += time.perf_counter_ns() - start
+                probe._acc[0] += time.perf_counter_ns() - start
 
         def timed_catch_up(*args: Any, **kwargs: Any) -> Any:
-            before = tailer._position
+            before = follower._position
             start = time.perf_counter_ns()
             try:
                 return catch_up(*args, **kwargs)
             finally:
-                probe._catchup_acc += time.perf_counter_ns() - start
-                probe._records_acc += tailer._position - before
+                probe._acc[1] += time.perf_counter_ns() - start
+                probe._acc[2] += follower._position - before
 
         setattr(writer, "_produce", timed_produce)  # noqa: B010 - instance-level wrap of a method
-        setattr(tailer, "catch_up", timed_catch_up)  # noqa: B010
+        setattr(follower, "catch_up", timed_catch_up)  # noqa: B010
         return probe
 
     def reset(self) -> None:
-        self._produce_acc = self._catchup_acc = self._records_acc = 0
+        self._acc[:] = [0, 0, 0]
 
     def mark(self) -> None:
         """Close the current commit's accounting (call after each timed commit)."""
         if self.enabled:
-            self.produce_ns.append(self._produce_acc)
-            self.catchup_ns.append(self._catchup_acc)
-            self.records.append(self._records_acc)
+            self.produce_ns.append(self._acc[0])
+            self.catchup_ns.append(self._acc[1])
+            self.records.append(self._acc[2])
         self.reset()
+
+    def slice(self, start: int, stop: int) -> PhaseProbe:
+        return PhaseProbe(
+            self.enabled, self.produce_ns[start:stop], self.catchup_ns[start:stop], self.records[start:stop]
+        )
 
 
 def breakdown(latencies_ns: Sequence[int], probes: Sequence[PhaseProbe]) -> dict[str, Any] | None:
@@ -126,12 +140,13 @@ def breakdown(latencies_ns: Sequence[int], probes: Sequence[PhaseProbe]) -> dict
     if not produce or len(produce) != len(latencies_ns):
         return None
     other = [t - p - c for t, p, c in zip(latencies_ns, produce, catchup, strict=True)]
+    p, c, o = (summary(to_ms(x)) for x in (produce, catchup, other))
     return {
-        "produce_median_ms": round(median_ms(produce), 4),
-        "produce_p99_ms": round(Summary.of(produce).p99_ms, 4),
-        "catchup_median_ms": round(median_ms(catchup), 4),
-        "catchup_p99_ms": round(Summary.of(catchup).p99_ms, 4),
-        "other_median_ms": round(median_ms(other), 4),
+        "produce_median_ms": p["median_ms"],
+        "produce_p99_ms": p["p99_ms"],
+        "catchup_median_ms": c["median_ms"],
+        "catchup_p99_ms": c["p99_ms"],
+        "other_median_ms": o["median_ms"],
         "produce_share": round(sum(produce) / sum(latencies_ns), 4),
         "catchup_share": round(sum(catchup) / sum(latencies_ns), 4),
         "records_per_catchup_mean": round(statistics.fmean(records), 3),
@@ -165,8 +180,8 @@ def run_sequential(
     table: str,
     commits: int,
     *,
+    tick: Tick,
     scenario: str = "sequential",
-    tick: Tick = no_tick,
     windows: int | None = None,
     cold_start: bool = False,
     meter: CpuMeter | None = None,
@@ -178,51 +193,27 @@ def run_sequential(
     which has to replay the whole log first.
     """
     create_table(config, table)
-    segments = [make_segment("s", i) for i in range(commits)]
-    load_before = loadavg()
-    latencies: list[int] = []
+    batches = [[make_segment("s", i)] for i in range(commits)]
     with TableWriter(config, table, writer_id="bench-sequential") as writer:
         probe = PhaseProbe.attach(writer)
         writer.append([make_segment("warmup", 0)])
         probe.reset()
-        if meter is not None:
-            meter.start()
-        cpu_start = time.process_time_ns()
-        first = time.perf_counter_ns()
-        for segment in segments:
-            start = time.perf_counter_ns()
-            writer.append([segment])
-            latencies.append(time.perf_counter_ns() - start)
-            probe.mark()
-            tick(1)
-        wall = time.perf_counter_ns() - first
-        writer_cpu = time.process_time_ns() - cpu_start
-        cpu = meter.stop(commits, writer_cpu) if meter is not None else None
-        live = _check_live(writer, commits + 1)
-    run = Run("segcat", scenario, latencies, wall, load_before=load_before, load_after=loadavg())
-    if cpu is not None:
-        run.details["cpu"] = cpu
-    run.details["live_segments_after"] = live
+        run = timed_commits(
+            "segcat", scenario, batches, writer.append, tick=tick, meter=meter, after=probe.mark
+        )
+        run.details["live_segments_after"] = _check_live(writer, commits + 1)
+    latencies = run.latencies_ns
     run.details["breakdown"] = breakdown(latencies, [probe])
     if windows:
         head, tail = latencies[:windows], latencies[-windows:]
         run.details["window"] = windows
-        run.details["first_window"] = Summary.of(head).to_json()
-        run.details["last_window"] = Summary.of(tail).to_json()
-        run.details["first_window_breakdown"] = breakdown(head, [_slice(probe, 0, windows)])
-        run.details["last_window_breakdown"] = breakdown(tail, [_slice(probe, commits - windows, commits)])
+        run.details["first_window"] = summary(to_ms(head))
+        run.details["last_window"] = summary(to_ms(tail))
+        run.details["first_window_breakdown"] = breakdown(head, [probe.slice(0, windows)])
+        run.details["last_window_breakdown"] = breakdown(tail, [probe.slice(commits - windows, commits)])
     if cold_start:
         run.details["cold_writer"] = _cold_writer(config, table, commits + 1)
     return run
-
-
-def _slice(probe: PhaseProbe, start: int, stop: int) -> PhaseProbe:
-    return PhaseProbe(
-        enabled=probe.enabled,
-        produce_ns=probe.produce_ns[start:stop],
-        catchup_ns=probe.catchup_ns[start:stop],
-        records=probe.records[start:stop],
-    )
 
 
 def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
@@ -239,9 +230,6 @@ def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- codec cost
-
-
 def measure_codec(count: int = 2000) -> dict[str, float]:
     """In-process cost of encoding a one-segment commit, and of applying it (decode + judge +
     fold into the image): the part of a writer's CPU that replaying other writers' commits adds."""
@@ -249,18 +237,7 @@ def measure_codec(count: int = 2000) -> dict[str, float]:
     from segcat.catalog.protocol.model import LogRecord
     from segcat.catalog.protocol.state import TableState
 
-    commits = [
-        Commit(
-            commit_id=Commit.new_id(),
-            table="bench.codec",
-            operation=Operation.APPEND,
-            base_version=-1,
-            writer_id="bench-codec",
-            timestamp_ms=int(time.time() * 1000),
-            adds=(make_segment("codec", i),),
-        )
-        for i in range(count)
-    ]
+    commits = [make_commit("codec", i, "bench.codec", "bench-codec") for i in range(count)]
     start = time.perf_counter_ns()
     values = [codec.encode_commit(c) for c in commits]
     encode_ns = (time.perf_counter_ns() - start) / count
@@ -281,6 +258,9 @@ def measure_codec(count: int = 2000) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- concurrent
 
+Setup = tuple[list[Any], Callable[[Any], object], PhaseProbe]
+"""The items to commit, how to commit one, and the phase probe (disabled for bare producers)."""
+
 
 @dataclass
 class WorkerResult:
@@ -294,92 +274,71 @@ class WorkerResult:
     error: str | None = None
 
 
-def _writer_process(
-    config: Config,
-    table: str,
-    index: int,
-    commits: int,
-    barrier: Barrier,
-    progress: Array[c_int],
-    results: Queue[WorkerResult],
-) -> None:
-    """One writer process: warm up, wait at the barrier, then ``commits`` timed appends."""
-    out = WorkerResult(index)
-    try:
-        segments = [make_segment(f"w{index}", i) for i in range(commits)]
-        with TableWriter(config, table, writer_id=f"bench-writer-{index}") as writer:
-            probe = PhaseProbe.attach(writer)
-            writer.append([make_segment(f"warmup{index}", 0)])
-            probe.reset()
-            barrier.wait(timeout=300)
-            out.start_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
-            cpu_start = time.process_time_ns()
-            for i, segment in enumerate(segments):
-                start = time.perf_counter_ns()
-                writer.append([segment])
-                out.latencies_ns.append(time.perf_counter_ns() - start)
-                probe.mark()
-                progress[index] = i + 1
-            out.end_ns = time.perf_counter_ns()
-            out.cpu_ns = time.process_time_ns() - cpu_start
-            out.probe = probe
-    except BaseException as exc:
-        barrier.abort()
-        out.error = f"{type(exc).__name__}: {exc}"
-    results.put(out)
+def _writer_setup(config: Config, table: str, index: int, commits: int, stack: ExitStack) -> Setup:
+    """A ``TableWriter`` that has made its warm-up commit."""
+    writer = stack.enter_context(TableWriter(config, table, writer_id=f"bench-writer-{index}"))
+    probe = PhaseProbe.attach(writer)
+    writer.append([make_segment(f"warmup{index}", 0)])
+    return [[make_segment(f"w{index}", i)] for i in range(commits)], writer.append, probe
 
 
-def _raw_producer_process(
-    config: Config,
-    table: str,
-    index: int,
-    commits: int,
-    barrier: Barrier,
-    progress: Array[c_int],
-    results: Queue[WorkerResult],
-) -> None:
+def _producer_setup(config: Config, table: str, index: int, commits: int, stack: ExitStack) -> Setup:
     """The Kafka floor: the same encoded commits, produced one at a time with the writer's
     producer settings (idempotent, acks=all, zstd) and waited for, but no catch-up and no
     judging. What any one-record-per-commit, one-in-flight writer costs at the least."""
+    name = table_name(table)
+    producer = Producer(producer_config(config, TopicAdmin(config).describe(name).max_message_bytes))
+    stack.callback(producer.flush, 10)
+
+    def encoded(prefix: str, i: int) -> tuple[bytes, bytes]:
+        commit = make_commit(prefix, i, name.qualified, f"bench-raw-{index}")
+        return commit.commit_id.encode(), codec.encode_commit(commit)
+
+    def send(record: tuple[bytes, bytes]) -> None:
+        done: list[KafkaError | None] = []
+        producer.produce(
+            name.topic, value=record[1], key=record[0], on_delivery=lambda err, _: done.append(err)
+        )
+        while not done:
+            producer.poll(0.05)
+        if done[0] is not None:
+            raise RuntimeError(f"delivery failed: {done[0]}")
+
+    records = [encoded(f"raw{index}", i) for i in range(commits)]
+    send(encoded(f"rawwarmup{index}", 0))
+    return records, send, PhaseProbe()
+
+
+def _worker(
+    config: Config,
+    table: str,
+    index: int,
+    commits: int,
+    raw: bool,
+    barrier: Barrier,
+    progress: Array[c_int],
+    results: Queue[WorkerResult],
+) -> None:
+    """One writer process: warm up, wait at the barrier, then ``commits`` timed commits."""
     out = WorkerResult(index)
     try:
-        name = table_name(table)
-        info = TopicAdmin(config).describe(name)
-        producer = Producer(producer_config(config, info.max_message_bytes))
-
-        def encoded(prefix: str, i: int) -> tuple[bytes, bytes]:
-            commit = Commit(
-                commit_id=Commit.new_id(),
-                table=name.qualified,
-                operation=Operation.APPEND,
-                base_version=-1,
-                writer_id=f"bench-raw-{index}",
-                timestamp_ms=int(time.time() * 1000),
-                adds=(make_segment(prefix, i),),
+        with ExitStack() as stack:
+            items, commit, probe = (_producer_setup if raw else _writer_setup)(
+                config, table, index, commits, stack
             )
-            return commit.commit_id.encode(), codec.encode_commit(commit)
+            probe.reset()
+            barrier.wait(timeout=300)
 
-        def send(key: bytes, value: bytes) -> None:
-            done: list[KafkaError | None] = []
-            producer.produce(name.topic, value=value, key=key, on_delivery=lambda err, _: done.append(err))
-            while not done:
-                producer.poll(0.05)
-            if done[0] is not None:
-                raise RuntimeError(f"delivery failed: {done[0]}")
+            def after() -> None:
+                probe.mark()
+                progress[index] += 1
 
-        records = [encoded(f"raw{index}", i) for i in range(commits)]
-        send(*encoded(f"rawwarmup{index}", 0))
-        barrier.wait(timeout=300)
-        out.start_ns = time.perf_counter_ns()
-        cpu_start = time.process_time_ns()
-        for i, (key, value) in enumerate(records):
-            start = time.perf_counter_ns()
-            send(key, value)
-            out.latencies_ns.append(time.perf_counter_ns() - start)
-            progress[index] = i + 1
-        out.end_ns = time.perf_counter_ns()
-        out.cpu_ns = time.process_time_ns() - cpu_start
-        producer.flush(10)
+            out.start_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
+            cpu_start = time.process_time_ns()
+            out.latencies_ns, _ = time_each(items, commit, after)
+            out.end_ns = time.perf_counter_ns()
+            out.cpu_ns = time.process_time_ns() - cpu_start
+            out.probe = probe
     except BaseException as exc:
         barrier.abort()
         out.error = f"{type(exc).__name__}: {exc}"
@@ -392,15 +351,15 @@ def run_concurrent(
     writers: int,
     commits_per_writer: int,
     *,
-    tick: Tick = no_tick,
+    tick: Tick,
     timeout_s: float = 1800.0,
     meter: CpuMeter | None = None,
     raw: bool = False,
 ) -> Run:
-    """``writers`` spawned processes appending to one table at once, started by a barrier.
+    """``writers`` spawned processes committing to one table at once, started by a barrier.
 
     The parent joins the barrier too, so it can start the CPU meter as the writers start.
-    ``raw``: bare producers instead of ``TableWriter`` (see ``_raw_producer_process``).
+    ``raw``: bare producers instead of ``TableWriter`` (see ``_producer_setup``).
     """
     create_table(config, table)
     ctx = mp.get_context("spawn")
@@ -409,8 +368,8 @@ def run_concurrent(
     results: Queue[WorkerResult] = ctx.Queue()
     procs = [
         ctx.Process(
-            target=_raw_producer_process if raw else _writer_process,
-            args=(config, table, i, commits_per_writer, barrier, progress, results),
+            target=_worker,
+            args=(config, table, i, commits_per_writer, raw, barrier, progress, results),
             name=f"bench-writer-{i}",
         )
         for i in range(writers)
