@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from segcat.catalog.errors import ConfigError
+
+_N = TypeVar("_N", int, float)
 
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:19092"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:16379/0"
@@ -220,20 +222,10 @@ class SettingsSource:
     def integer(
         self, env_key: str | None, toml_key: str, default: int, lo: int, hi: int, section: str | None = None
     ) -> int:
-        found = self._raw(env_key, toml_key, section)
+        found = self._scalar(env_key, toml_key, section, "an integer", int, (int,))
         if found is None:
             return default
-        value, from_env = found
-        where = self.origin(env_key, toml_key, section)
-        if from_env:
-            try:
-                number = int(str(value).strip())
-            except ValueError:
-                raise ConfigError(f"{where} must be an integer, got {str(value)[:40]!r}") from None
-        elif isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        else:
-            raise ConfigError(f"{where} must be an integer, not {_toml_kind(value)}")
+        number, where = found
         if not lo <= number <= hi:
             raise ConfigError(f"{where} must be between {lo} and {hi}, got {number}")
         return number
@@ -247,23 +239,37 @@ class SettingsSource:
         hi: float,
         section: str | None = None,
     ) -> float:
-        found = self._raw(env_key, toml_key, section)
+        found = self._scalar(env_key, toml_key, section, "a number of seconds", float, (int, float))
         if found is None:
             return default
+        number, where = found
+        if not (math.isfinite(number) and lo <= number <= hi):
+            raise ConfigError(f"{where} must be between {lo:g} and {hi:g}, got {number}")
+        return float(number)
+
+    def _scalar(
+        self,
+        env_key: str | None,
+        toml_key: str,
+        section: str | None,
+        kind: str,
+        parse: Callable[[str], _N],
+        toml_types: tuple[type, ...],
+    ) -> tuple[_N, str] | None:
+        """The setting parsed from its environment text, or taken from TOML if of the right type."""
+        found = self._raw(env_key, toml_key, section)
+        if found is None:
+            return None
         value, from_env = found
         where = self.origin(env_key, toml_key, section)
         if from_env:
             try:
-                number = float(str(value).strip())
+                return parse(str(value).strip()), where
             except ValueError:
-                raise ConfigError(f"{where} must be a number of seconds, got {str(value)[:40]!r}") from None
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            number = float(value)
-        else:
-            raise ConfigError(f"{where} must be a number, not {_toml_kind(value)}")
-        if not (math.isfinite(number) and lo <= number <= hi):
-            raise ConfigError(f"{where} must be between {lo:g} and {hi:g}, got {value!s:.40}")
-        return number
+                raise ConfigError(f"{where} must be {kind}, got {str(value)[:40]!r}") from None
+        if isinstance(value, toml_types) and not isinstance(value, bool):
+            return parse(str(value)), where
+        raise ConfigError(f"{where} must be {kind}, not {_toml_kind(value)}")
 
     def kafka(self) -> tuple[dict[str, str], dict[str, str]]:
         """librdkafka settings from ``[kafka]`` (dotted keys may nest) and ``SEGCAT_KAFKA_<KEY>``."""
