@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.read_processes import (
     WatcherProcess,
@@ -26,6 +26,7 @@ from bench.read_processes import (
     materializer_process,
     write_in_processes,
 )
+from bench.read_sizes import Sizes
 from bench.runner import NS_PER_MS, measure, percentile, summary, to_ms
 from segcat.catalog.config import Config
 from segcat.catalog.log.reader import LogReader
@@ -39,9 +40,6 @@ from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.producers.writer import TableWriter
-
-if TYPE_CHECKING:
-    from bench.read_paths import Sizes
 
 
 @dataclass
