@@ -7,13 +7,14 @@ Regressions of issue 7 item 1 (answers from a Redis head that trailed Kafka) and
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, VersionNotFound
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
+from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
 from segcat.producers import TableWriter
 from tests.factories import segment
@@ -69,6 +70,28 @@ def test_reads_see_commits_the_materializer_has_not_reached(mconfig: Config) -> 
         assert exact.version == version
         assert exact.segment_list() == table.snapshot(version, sources=("kafka",)).segment_list()
     assert table.snapshot(late[0]).segment_ids() == {f"m{i}" for i in range(4)} | {"late0"}
+
+
+def test_a_version_redis_holds_is_read_without_asking_kafka(mconfig: Config) -> None:
+    """Redis reaching a named version proves it exists: no watermark request, so such reads
+    work while Kafka is away, and a version Redis cannot answer still asks the log."""
+    ns, pattern = namespace()
+    name = f"{ns}.offline"
+    table = Catalog(mconfig).create_table(name)
+    with TableWriter(mconfig, name) as writer, running_materializer(mconfig, pattern):
+        versions = [writer.append([segment(f"o{i}")]) for i in range(4)]
+        _wait_for_redis(mconfig, name, versions[-1])
+    head = RedisStore.from_config(mconfig).head(name)
+    assert head is not None and head.keyframe_version < versions[-1]
+    unreachable = replace(mconfig, bootstrap_servers="127.0.0.1:9", request_timeout_s=2.0)
+    offline = Table(unreachable, table.info, redis=table.redis, files=None)
+    answered = [v for v in versions if v >= head.keyframe_version]
+    for version in answered:
+        exact = offline.snapshot(version)
+        assert (exact.version, exact.origin) == (version, "redis")
+        assert exact.segment_ids() == {f"o{i}" for i, v in enumerate(versions) if v <= version}
+    with pytest.raises(ServiceUnavailable):
+        offline.snapshot(versions[-1] + 1)
 
 
 def test_versions_and_times_out_of_range_are_typed_errors(

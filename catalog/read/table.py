@@ -219,10 +219,17 @@ class Table:
             materialized = self._materialized_head()
             if materialized is not None:
                 return materialized
-        resolved = self.resolve_version(version, as_of_ms)
-        bound = resolved.bound
-        if bound < 0:
-            return self._snapshot(FrameView.from_state(TableState(self.name.qualified)), "kafka", resolved)
+        resolved: Resolved | None = None
+        if version is not None and as_of_ms is None:
+            _check_version_argument(version)
+        if version is not None and as_of_ms is None and 0 <= version <= _INT64_MAX:
+            bound = version  # a source that reaches it proves it exists: no watermark request
+        else:
+            resolved = self.resolve_version(version, as_of_ms)
+            bound = resolved.bound
+            if bound < 0:
+                empty = FrameView.from_state(TableState(self.name.qualified))
+                return self._snapshot(empty, "kafka", resolved)
         found: lookup.Found | None = None
         if "redis" in sources and self.redis is not None:
             found = lookup.from_redis(self.redis, self.name.qualified, bound)
@@ -230,6 +237,8 @@ class Table:
             found = lookup.from_object_store(self.files, bound)
         if found is not None and found.frame.offset >= bound:
             return self._snapshot(found.frame, found.origin, resolved)
+        if resolved is None:
+            resolved = self.resolve_version(version)  # VersionNotFound past the log's end
         if "kafka" not in sources:
             raise VersionNotFound(f"no source among {sources} reaches version {bound} of {self.name}")
         if found is None:
@@ -240,8 +249,9 @@ class Table:
         frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
         return self._snapshot(frame, found.origin if not tail else f"{found.origin}+kafka", resolved)
 
-    def _snapshot(self, frame: FrameView, origin: str, resolved: Resolved) -> Snapshot:
-        return Snapshot(frame, self.root, origin=origin, note=resolved.note, behind=0)
+    def _snapshot(self, frame: FrameView, origin: str, resolved: Resolved | None) -> Snapshot:
+        note = resolved.note if resolved is not None else None
+        return Snapshot(frame, self.root, origin=origin, note=note, behind=0)
 
     def _materialized_head(self) -> Snapshot | None:
         """Redis' head as it is, with how far it trails the log (None: Redis cannot answer)."""
