@@ -20,7 +20,7 @@ _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gs": "gs", "gcs": "gs"}
 
 def is_absolute_uri(path: str) -> bool:
     """``scheme://…``: an absolute location (anything else is relative to the table root)."""
-    return _URI.match(path) is not None and "://" in path
+    return "://" in path and _URI.match(path) is not None  # the substring test first: hot in the rules
 
 
 def relative_problem(path: str) -> str | None:
