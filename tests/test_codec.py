@@ -203,16 +203,32 @@ V2_FINGERPRINT = bytes.fromhex("dcb115706142297a")
 """The fingerprint segcat wrote for layout v2 before layout v3 existed (pinned, not computed)."""
 
 
-def test_known_fingerprints_are_the_current_v2_and_v1_layouts() -> None:
+V3_SCHEMA_FILE = SCHEMAS / "history" / "segcat.Commit.v3.avsc"
+V3_FINGERPRINT = bytes.fromhex("fca007a143673ffa")
+"""The fingerprint segcat wrote for layout v3 before layout v4 (intents) existed (pinned)."""
+
+
+def test_known_fingerprints_are_the_current_v3_v2_and_v1_layouts() -> None:
     v1 = expected_header(json.loads(V1_SCHEMA_FILE.read_text()))[2:]
     v2 = expected_header(json.loads(V2_SCHEMA_FILE.read_text()))[2:]
+    v3 = expected_header(json.loads(V3_SCHEMA_FILE.read_text()))[2:]
     current = expected_header(current_schema_json())[2:]
     assert v2 == V2_FINGERPRINT  # the historical file is exactly the layout older segcat wrote
+    assert v3 == V3_FINGERPRINT
     assert codec.known_fingerprints() == {
         current: "segcat.Commit.avsc",
+        v3: "segcat.Commit.v3.avsc",
         v2: "segcat.Commit.v2.avsc",
         v1: "segcat.Commit.v1.avsc",
     }
+
+
+def test_a_layout_v3_record_decodes_with_no_intent() -> None:
+    raw = codec.commit_to_avro(a_commit())
+    del raw["intent"]
+    value = codec.encode_with_schema(raw, V3_SCHEMA_FILE)
+    assert value[2:10] == V3_FINGERPRINT
+    assert codec.decode_commit(value) == a_commit()
 
 
 def test_a_layout_v2_record_decodes_with_no_nan_count_and_no_protocol() -> None:

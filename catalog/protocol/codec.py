@@ -24,6 +24,7 @@ from segcat.catalog.protocol.model import (
     ColumnStats,
     ColumnType,
     Commit,
+    Intent,
     Isolation,
     Operation,
     Protocol,
@@ -136,6 +137,13 @@ def commit_to_avro(commit: Commit) -> dict[str, Any]:
         "protocol": None
         if commit.protocol is None
         else {"version": commit.protocol.version, "features": list(commit.protocol.features)},
+        "intent": None
+        if commit.intent is None
+        else {
+            "intent_id": commit.intent.intent_id,
+            "prefix": commit.intent.prefix,
+            "ttl_ms": commit.intent.ttl_ms,
+        },
     }
 
 
@@ -237,6 +245,9 @@ def commit_from_avro(raw: dict[str, Any]) -> Commit:
         protocol=None
         if raw.get("protocol") is None
         else Protocol(raw["protocol"]["version"], tuple(raw["protocol"]["features"])),
+        intent=None
+        if raw.get("intent") is None
+        else Intent(raw["intent"]["intent_id"], raw["intent"]["prefix"], raw["intent"]["ttl_ms"]),
     )
 
 

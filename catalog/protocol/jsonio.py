@@ -39,6 +39,7 @@ from segcat.catalog.protocol.model import (
     ColumnStats,
     ColumnType,
     Commit,
+    Intent,
     Isolation,
     Operation,
     Protocol,
@@ -177,6 +178,10 @@ COMMIT_SCHEMA: dict[str, Any] = {
         },
         "schema": {"type": ["string", "null"], "description": "the new table schema: JSON text in a string"},
         "protocol": {"type": ["object", "null"]},
+        "intent": {
+            "oneOf": [{"type": "null"}, {"$ref": "#/$defs/intent"}],
+            "description": "INTENT: the write intent opened, renewed or closed; a data commit: the intent it closes",
+        },
     },
     "if": {"properties": {"operation": {"const": "UPGRADE_PROTOCOL"}}, "required": ["operation"]},
     "then": {
@@ -253,6 +258,17 @@ COMMIT_SCHEMA: dict[str, Any] = {
                 },
             },
             "description": "UPGRADE_PROTOCOL: the protocol the table moves to",
+        },
+        "intent": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["intent_id", "prefix", "ttl_ms"],
+            "properties": {
+                "intent_id": {"type": "string", "minLength": 1},
+                "prefix": {"type": "string", "minLength": 1},
+                "ttl_ms": {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+            },
+            "description": "a write intent (feature lifecycle): ttl_ms 0 closes it",
         },
     },
 }
@@ -603,6 +619,7 @@ def commit_from_json(raw: Any, *, table: str, writer_id: str, base_version: int,
     if schema is not None:
         _check_json_text(schema, "schema")
     proto = raw.get("protocol")
+    intent = raw.get("intent")
     return Commit(
         commit_id=raw.get("commit_id") or Commit.new_id(),
         table=table,
@@ -619,6 +636,7 @@ def commit_from_json(raw: Any, *, table: str, writer_id: str, base_version: int,
         table_properties=dict(raw.get("table_properties", {})),
         schema=schema,
         protocol=None if proto is None else Protocol(proto["version"], tuple(proto.get("features", ()))),
+        intent=None if intent is None else Intent(intent["intent_id"], intent["prefix"], intent["ttl_ms"]),
     )
 
 

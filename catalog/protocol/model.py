@@ -24,6 +24,8 @@ class Operation(StrEnum):
     SET_SCHEMA = "SET_SCHEMA"
     UPGRADE_PROTOCOL = "UPGRADE_PROTOCOL"
     """Moves the table to a newer protocol (rules) version or enables features (layout v3)."""
+    INTENT = "INTENT"
+    """Opens, renews or closes a write intent (layout v4, feature ``lifecycle``)."""
     UNKNOWN = "UNKNOWN"
     """A symbol written by a newer protocol version; such a commit is judged INVALID."""
 
@@ -99,6 +101,21 @@ class Protocol:
 
 
 @dataclass(frozen=True, slots=True)
+class Intent:
+    """A writer's announcement that it is writing files under ``prefix`` (feature ``lifecycle``).
+
+    On an ``INTENT`` commit ``ttl_ms > 0`` opens (or renews) it until the record's broker time
+    + ``ttl_ms``, and ``ttl_ms == 0`` closes it (an abort); a data commit carrying it (with
+    ``ttl_ms == 0``) closes it by committing the files. Vacuum never deletes files under the
+    prefix of an intent that is open and not expired.
+    """
+
+    intent_id: str
+    prefix: str
+    ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """One proposed change of a table: exactly one Kafka record."""
 
@@ -118,6 +135,8 @@ class Commit:
     schema: str | None = None
     protocol: Protocol | None = None
     """UPGRADE_PROTOCOL only: the protocol the table moves to."""
+    intent: Intent | None = None
+    """INTENT: the intent opened, renewed or closed; a data commit: the intent it closes."""
 
     @staticmethod
     def new_id() -> str:

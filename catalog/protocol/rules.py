@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from segcat.catalog.errors import DecodeError, InvalidPredicate
-from segcat.catalog.protocol import codec, locations, versions
+from segcat.catalog.protocol import codec, lifecycle, locations, versions
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import (
     ColumnStats,
@@ -63,6 +63,7 @@ class Rule(StrEnum):
     COLUMN_TYPE_CHANGE = "4d-column-type-change"
     CONCURRENT_APPEND = "5-concurrent-append-in-replace-scope"
     CONCURRENT_SCHEMA_CHANGE = "6-concurrent-schema-change"
+    TABLE_DROPPED = "7-table-dropped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,8 @@ def malformation(
         return problem
     if problem := _protocol_field_malformation(commit):
         return problem
+    if problem := lifecycle.field_problem(commit):
+        return problem
     if version >= 2 and (problem := _malformation_v2(commit)):
         return problem
     return _operation_malformation(commit)
@@ -334,6 +337,7 @@ _V2_FIELDS: dict[Operation, frozenset[str]] = {
     Operation.SET_PROPERTIES: frozenset({"table_properties"}),
     Operation.SET_SCHEMA: frozenset({"schema"}),
     Operation.UPGRADE_PROTOCOL: frozenset({"protocol", "table_properties"}),
+    Operation.INTENT: frozenset(),
 }
 """v2: the fields each operation may carry (``properties``, the commit info, goes with any)."""
 
@@ -389,6 +393,10 @@ def contextual_malformation(state: TableState, commit: Commit) -> str | None:
     """Rule 2 checks that need S(o−1): the protocol's steps, locations and no-op changes."""
     upgrade = commit.protocol if commit.operation is Operation.UPGRADE_PROTOCOL else None
     if upgrade is not None and (problem := _upgrade_malformation(state, upgrade, commit)):
+        return problem
+    if problem := lifecycle.contextual_problem(
+        state.protocol, state.properties, state.location, state.version, commit
+    ):
         return problem
     if state.protocol.version < 2:
         return None
@@ -466,6 +474,15 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
     problem = problem or contextual_malformation(state, commit)
     if problem:
         return Verdict(Outcome.INVALID, offset, cid, Rule.MALFORMED, problem)
+    if state.dropped_version >= 0 and state.dropped and not lifecycle.undrops(commit):
+        return Verdict(
+            Outcome.REJECTED,
+            offset,
+            cid,
+            Rule.TABLE_DROPPED,
+            "the table is dropped (undrop it first: segcat table undrop)",
+            state.dropped_version,
+        )
     for drop in commit.drops:
         if drop not in state.segments:
             dropped_at = state.recently_dropped.get(drop)

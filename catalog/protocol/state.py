@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from segcat.catalog.protocol import locations
+from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.delta import CommitDelta, apply_properties
-from segcat.catalog.protocol.model import ColumnType, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.model import ColumnType, Operation, Protocol, Segment, Tombstone
 
 DEDUP_WINDOW = 20_000
 """How many recent ACCEPTED commit ids are remembered for DUPLICATE detection (rule 1)."""
@@ -38,6 +38,18 @@ ALLOWED_LOCATIONS_PROPERTY = "segcat.locations.allowed"
 class LiveSegment:
     segment: Segment
     added_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenIntent:
+    """A write intent in force: who writes under which prefix, until when (broker time, ms)."""
+
+    intent_id: str
+    writer_id: str
+    prefix: str
+    expires_ms: int
+    version: int
+    """The version that opened or last renewed it."""
 
 
 @dataclass
@@ -72,6 +84,10 @@ class TableState:
     """The rules version (and features) the next record is judged by; 1 until an UPGRADE_PROTOCOL."""
     column_types: dict[str, tuple[ColumnType, int]] = field(default_factory=dict)
     """Stats column → (type, version that fixed it): the first accepted segment with stats decides."""
+    intents: dict[str, OpenIntent] = field(default_factory=dict)
+    """Write intents opened and not closed (feature ``lifecycle``); expired ones stay until closed."""
+    dropped_version: int = -1
+    """The version that dropped the table (``segcat.dropped``), -1 when it is not dropped."""
     paths: dict[str, list[str]] = field(default_factory=dict, compare=False)
     """``path_key`` of each live segment's path → its segment_id; derived from ``segments`` and the
     location, never stored (rule 4b)."""
@@ -94,6 +110,20 @@ class TableState:
     def location(self) -> str | None:
         """Where the table's data lives (the ``segcat.location`` property), if recorded."""
         return self.properties.get(LOCATION_PROPERTY)
+
+    @property
+    def dropped(self) -> bool:
+        """Whether the table is dropped (feature ``lifecycle``; undrop brings it back)."""
+        return lifecycle.is_dropped(self.protocol, self.properties)
+
+    @property
+    def log_start(self) -> int:
+        """The first version still in Kafka: every version before it lives on object storage only."""
+        return lifecycle.log_start(self.protocol, self.properties)
+
+    def live_intents(self, now_ms: int) -> list[OpenIntent]:
+        """The intents open and not expired at ``now_ms``."""
+        return [i for i in self.intents.values() if i.expires_ms > now_ms]
 
     def copy(self) -> TableState:
         """An independent image: its containers are copied, the immutable values shared."""
@@ -136,6 +166,7 @@ class TableState:
         apply_properties(self.properties, delta.table_properties)
         if delta.protocol is not None:
             self.protocol = delta.protocol
+        self._apply_lifecycle(delta)
         if self.location != location:
             self.index_paths()
         _remember(self.recent_commits, delta.commit_id, version, DEDUP_WINDOW)
@@ -152,6 +183,25 @@ class TableState:
             bytes_delta=self.live_bytes - before_bytes,
             live_count=len(self.segments),
         )
+
+    def _apply_lifecycle(self, delta: CommitDelta) -> None:
+        """Intents opened, renewed or closed; the drop's version (the rules admitted only legal ones)."""
+        commit = delta.commit
+        intent = commit.intent
+        if intent is not None:
+            if commit.operation is Operation.INTENT and intent.ttl_ms > 0:
+                self.intents[intent.intent_id] = OpenIntent(
+                    intent.intent_id,
+                    commit.writer_id,
+                    intent.prefix,
+                    delta.timestamp_ms + intent.ttl_ms,
+                    delta.version,
+                )
+            else:
+                self.intents.pop(intent.intent_id, None)
+        if lifecycle.DROPPED_PROPERTY in commit.table_properties and lifecycle.has_feature(self.protocol):
+            dropping = commit.table_properties[lifecycle.DROPPED_PROPERTY] is not None
+            self.dropped_version = delta.version if dropping else -1
 
     def _unindex(self, key: str, segment_id: str) -> None:
         holders = self.paths.get(key, [])
@@ -241,6 +291,10 @@ _META_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "protocol": (
         lambda protocol: [protocol.version, list(protocol.features)],
         lambda raw: Protocol(raw[0], tuple(raw[1])),
+    ),
+    "intents": (
+        lambda intents: [[i.intent_id, i.writer_id, i.prefix, i.expires_ms, i.version] for i in intents.values()],
+        lambda raw: {row[0]: OpenIntent(*row) for row in raw},
     ),
     "column_types": (
         lambda types: [[c, t.value, v] for c, (t, v) in sorted(types.items())],

@@ -18,14 +18,23 @@ LEGACY_VERSION = 1
 CURRENT_VERSION = 2
 """The newest protocol this code judges; new tables are created with it."""
 
-KNOWN_FEATURES: frozenset[str] = frozenset()
-"""Named features this code understands (none yet: the lifecycle work adds the first)."""
+LIFECYCLE = "lifecycle"
+"""Feature: write intents (``INTENT`` commits), log pruning (``segcat.log.start``) and dropping
+tables (``segcat.dropped``), docs/PROTOCOL.md §3c."""
+
+KNOWN_FEATURES: frozenset[str] = frozenset({LIFECYCLE})
+"""Named features this code understands."""
 
 MAX_FEATURES = 64
 
 
 def new_table_protocol() -> Protocol:
-    return Protocol(CURRENT_VERSION, ())
+    return Protocol(CURRENT_VERSION, (LIFECYCLE,))
+
+
+def has_lifecycle(protocol: Protocol) -> bool:
+    """Whether a table at ``protocol`` has write intents, pruning and drop (feature ``lifecycle``)."""
+    return protocol.version >= 2 and LIFECYCLE in protocol.features
 
 
 def normalized(protocol: Protocol) -> Protocol:
