@@ -101,6 +101,23 @@ class VersionNotFound(SegcatError):
     """The asked version or timestamp lies outside the table's retained history."""
 
 
+class VersionExpired(VersionNotFound):
+    """The version is older than the table's retained history (``segcat.history.retain.*``)."""
+
+    def __init__(self, detail: str, *, oldest: int | None) -> None:
+        self.oldest = oldest
+        super().__init__(detail)
+
+
+class LogPruned(ServiceUnavailable):
+    """Kafka no longer holds records a replay needs (pruned or compacted away): they are on
+    object storage only, which could not be read."""
+
+
+class TableDropped(SegcatError):
+    """The table is dropped (in the recycle bin until purged); ``segcat table undrop`` brings it back."""
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -141,6 +158,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (CommitConflict, EXIT_CONFLICT),
     (TableAlreadyExists, EXIT_CONFLICT),
     (TableNotFound, EXIT_NOT_FOUND),
+    (TableDropped, EXIT_NOT_FOUND),
     (VersionNotFound, EXIT_NOT_FOUND),
     (ServiceUnavailable, EXIT_UNAVAILABLE),
 )

@@ -16,14 +16,14 @@ from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
-from segcat.catalog.protocol import codec, rules
+from segcat.catalog.protocol import codec, lifecycle, rules
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome, Verdict
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.archive import ArchivedCommit
+from segcat.catalog.storage.archive import ArchivedCommit, ArchivedRecord
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import Head, RecordBatch, RedisStore, VersionEvent
 from segcat.catalog.storage.table_files import TableFiles
@@ -72,6 +72,8 @@ class TableMaterializer:
         self.state = TableState(name.qualified)
         self._frame = FrameView.from_state(self.state)
         self._pending: list[Pending] = []
+        self._others: list[ArchivedRecord] = []
+        """Records since the last key frame that were not accepted (archived with the commits)."""
         self._pending_bytes = 0
         self._pending_since = 0.0
         self._keyframe_version = -1
@@ -118,6 +120,7 @@ class TableMaterializer:
                 extra={"table": self._label, "versions": self._repair},
             )
         self._pending.clear()
+        self._others.clear()
         self._pending_bytes = 0
         self._redis_dirty = True
         metrics.RECOVERIES.labels(self._label, source).inc()
@@ -179,6 +182,11 @@ class TableMaterializer:
             if self.keyframe_due():
                 self.write_keyframe()
         else:
+            self._others.append(
+                ArchivedRecord(
+                    record.offset, record.timestamp_ms, record.key, record.value, verdict.outcome.value
+                )
+            )
             self._publish(None, None)
         return verdict
 
@@ -300,6 +308,8 @@ class TableMaterializer:
         if self._repair and self.state.last_accepted_version >= self._repair[0]:
             self._repair = [v for v in self._repair if v > self.state.last_accepted_version]
             return True
+        if lifecycle.RESERVED_PROPERTIES & set(self._pending[-1].delta.table_properties):
+            return True  # a prune or drop: archive the records it depends on at once
         return (
             len(self._pending) >= self.config.keyframe_every_commits
             or self._pending_bytes >= self.config.keyframe_every_bytes
@@ -328,13 +338,15 @@ class TableMaterializer:
             for p in self._pending
             for d in (p.delta,)
         ]
-        if archived:
+        others = [o for o in self._others if o.version <= version]
+        if archived or others:
             self.stage = "archive"
-            self.files.write_archive(self._keyframe_version + 1, version, archived)
+            self.files.write_archive(self._keyframe_version + 1, version, archived, others)
         self.stage = "keyframe"
         self.files.write_keyframe(sealed, version)
         self._keyframe_version = version
         self._pending.clear()
+        self._others = [o for o in self._others if o.version > version]
         self._pending_bytes = 0
         if self.redis is not None and not self._redis_dirty and self.gate.open():
             self.stage = "redis"

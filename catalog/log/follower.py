@@ -15,9 +15,10 @@ import time
 from types import TracebackType
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ServiceUnavailable
+from segcat.catalog.errors import ArchiveGap, CorruptArchive, LogPruned, ServiceUnavailable
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.delta import CommitDelta
+from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, Listener, replay
 from segcat.catalog.protocol.rules import Outcome
@@ -42,16 +43,44 @@ def collect_accepted(into: list[CommitDelta], *, after: int = -1) -> Listener:
 class Follower:
     """A table's image, and a reader positioned right after the last record it applied."""
 
-    def __init__(self, config: Config, name: TableName, image: TableState | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        name: TableName,
+        image: TableState | None = None,
+        *,
+        files: TableFiles | None = None,
+    ) -> None:
         self.state = image if image is not None else TableState(name.qualified)
         self._name = name
         self._reader = LogReader(config, name)
         self._timeout = config.request_timeout_s
+        self._files = files
+        """With object storage, the records the commit archives hold are read there, never from
+        Kafka: a pruned log no longer has them (docs/PROTOCOL.md §3c)."""
+        self._archives_checked = files is None
         self._reader.seek(self.state.version + 1)
         self._position = self.state.version + 1
 
     @classmethod
     def from_keyframe(
+        cls,
+        config: Config,
+        name: TableName,
+        files: TableFiles | None,
+        *,
+        at_most: int | None = None,
+        full: bool = False,
+    ) -> Follower:
+        """Start from the newest valid key frame with version ≤ ``at_most`` (any, if None),
+        reading the archived records after it from object storage and Kafka only after them."""
+        follower = cls._from_keyframe(config, name, files, at_most=at_most, full=full)
+        follower._files = files
+        follower._archives_checked = files is None
+        return follower
+
+    @classmethod
+    def _from_keyframe(
         cls,
         config: Config,
         name: TableName,
@@ -104,10 +133,13 @@ class Follower:
         it (a reader asked for a version); otherwise it applies whatever the fetch brought.
         """
         target = self.log_end() if upto is None else upto
+        if not self._archives_checked:
+            self._replay_archives(target, listener)
         deadline = time.monotonic() + self._timeout
         while self._position <= target:
             batch = self._reader.poll_batch(0.2)
             if batch:
+                self._check_contiguous(batch)
                 replay(batch, self.state, upto=target if exact else None, listener=listener)
                 self._position = self.state.version + 1
                 if exact and batch[-1].offset > target:
@@ -122,10 +154,50 @@ class Follower:
                 self._position = max(self._position, self._reader.position())
         return self.state
 
+    def _replay_archives(self, target: int, listener: Listener | None) -> None:
+        """Apply the archived records after the image (up to ``target``), then read Kafka after them."""
+        self._archives_checked = True
+        assert self._files is not None
+        start = self.state.version
+        try:
+            records = list(self._files.records_between(start, target))
+        except ArchiveGap as exc:
+            if exc.covered_upto <= start:
+                return  # nothing archived after the image: Kafka has it (or says it is gone)
+            records = list(self._files.records_between(start, exc.covered_upto))
+        except (CorruptArchive, OSError) as exc:
+            log.warning(
+                "commit archives unreadable; reading the log from Kafka",
+                extra={"table": self.state.table, "error": str(exc)},
+            )
+            return
+        if not records:
+            return
+        replay(records, self.state, upto=target, listener=listener)
+        covered = max(self.state.version, min(records[-1].offset, target))
+        self.state.version = covered
+        self._position = covered + 1
+        self._reader.seek(self._position)
+
+    def _check_contiguous(self, batch: list[LogRecord]) -> None:
+        """Refuse to judge past a hole: records missing from Kafka (pruned or compacted away)
+        would make the image silently wrong; object storage must supply them."""
+        expected = self._position
+        for record in batch:
+            if record.offset > expected and record.offset > self.state.version + 1:
+                raise LogPruned(
+                    f"{self._name}: the log no longer holds offsets {expected}..{record.offset - 1} "
+                    "(pruned or compacted); they are only on object storage, which did not answer"
+                )
+            expected = record.offset + 1
+
     def poll(self, timeout_s: float, listener: Listener | None = None) -> TableState:
         """Apply whatever arrives within ``timeout_s`` (the next records after the image)."""
+        if not self._archives_checked:
+            self._replay_archives(self.log_end(), listener)
         batch = self._reader.poll_batch(timeout_s)
         if batch:
+            self._check_contiguous(batch)
             replay(batch, self.state, listener=listener)
             self._position = self.state.version + 1
         return self.state

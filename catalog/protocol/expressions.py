@@ -737,4 +737,3 @@ def bloom_excludes(predicate: Predicate, flt: BloomFilter, segments: pa.Table, r
     if kind is None or nulls not in segments.column_names or not segments.column(nulls)[row].is_valid:
         return False
     return not predicate.bloom_might_match(flt, kind)
-

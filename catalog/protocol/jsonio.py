@@ -180,7 +180,7 @@ COMMIT_SCHEMA: dict[str, Any] = {
         "protocol": {"type": ["object", "null"]},
         "intent": {
             "oneOf": [{"type": "null"}, {"$ref": "#/$defs/intent"}],
-            "description": "INTENT: the write intent opened, renewed or closed; a data commit: the intent it closes",
+            "description": "INTENT: the intent opened, renewed or closed; a data commit: the one it closes",
         },
     },
     "if": {"properties": {"operation": {"const": "UPGRADE_PROTOCOL"}}, "required": ["operation"]},

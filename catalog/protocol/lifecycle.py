@@ -87,9 +87,13 @@ def contextual_problem(
         if commit.operation is Operation.INTENT or commit.intent is not None:
             return "write intents need the table's protocol feature 'lifecycle' (segcat table upgrade)"
         return None
-    if commit.intent is not None and locations.is_absolute_uri(commit.intent.prefix):
-        if location is None or not locations.is_under(commit.intent.prefix, location):
-            return f"intent.prefix {commit.intent.prefix[:200]!r} is not under the table's location"
+    intent = commit.intent
+    if (
+        intent is not None
+        and locations.is_absolute_uri(intent.prefix)
+        and (location is None or not locations.is_under(intent.prefix, location))
+    ):
+        return f"intent.prefix {intent.prefix[:200]!r} is not under the table's location"
     changes = commit.table_properties
     if LOG_START_PROPERTY in changes:
         value = changes[LOG_START_PROPERTY]

@@ -293,7 +293,9 @@ _META_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
         lambda raw: Protocol(raw[0], tuple(raw[1])),
     ),
     "intents": (
-        lambda intents: [[i.intent_id, i.writer_id, i.prefix, i.expires_ms, i.version] for i in intents.values()],
+        lambda intents: [
+            [i.intent_id, i.writer_id, i.prefix, i.expires_ms, i.version] for i in intents.values()
+        ],
         lambda raw: {row[0]: OpenIntent(*row) for row in raw},
     ),
     "column_types": (

@@ -92,15 +92,25 @@ def from_object_store(files: TableFiles, bound: int | None) -> Found | None:
     if bound is None or bound <= view.offset:
         return Found(view, "object-store", frame)
     deltas: list[CommitDelta] = []
-    try:
-        for archived in files.archives_between(view.version, bound):
-            delta = _delta(archived.version, archived.timestamp_ms, archived.value)
-            if delta is None:
-                raise CorruptArchive(f"undecodable commit at version {archived.version}")
-            deltas.append(delta)
-    except (ArchiveGap, CorruptArchive, OSError):
-        deltas = []  # the rest comes from Kafka
-    reach = deltas[-1].version if deltas else view.offset
+    reach = view.offset
+    upto = bound
+    for _ in range(2):
+        try:
+            for archived in files.archives_between(view.version, upto):
+                delta = _delta(archived.version, archived.timestamp_ms, archived.value)
+                if delta is None:
+                    raise CorruptArchive(f"undecodable commit at version {archived.version}")
+                deltas.append(delta)
+            reach = upto  # the archives cover every offset up to it (ArchiveGap otherwise)
+            break
+        except ArchiveGap as exc:
+            if exc.covered_upto <= view.offset:
+                break
+            upto = exc.covered_upto  # as far as the archives go; Kafka only after them
+        except (CorruptArchive, OSError):
+            deltas = []  # the rest comes from Kafka
+            break
+    reach = max(reach, deltas[-1].version if deltas else view.offset)
     return Found(view.apply(deltas, offset=reach), "object-store", frame, tuple(deltas))
 
 

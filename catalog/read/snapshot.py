@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from segcat.catalog.errors import UnsafeLocation
-from segcat.catalog.protocol import locations
+from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.expressions import Predicate, bloom_excludes
 from segcat.catalog.protocol.model import BloomFilter, Protocol, Segment, Tombstone
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
@@ -102,6 +102,16 @@ class Snapshot:
     @property
     def protocol(self) -> Protocol:
         return self._view.protocol
+
+    @property
+    def log_start(self) -> int:
+        """The first version still in Kafka (feature ``lifecycle``; 0 until the log is pruned)."""
+        return lifecycle.log_start(self.protocol, self.properties)
+
+    @property
+    def dropped(self) -> bool:
+        """Whether the table is dropped (only seen with ``snapshot(include_dropped=True)``)."""
+        return lifecycle.is_dropped(self.protocol, self.properties)
 
     @property
     def location(self) -> str | None:

@@ -14,18 +14,28 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, InvalidCommit, ServiceUnavailable, VersionNotFound
+from segcat.catalog.errors import (
+    ArchiveGap,
+    InvalidArgument,
+    InvalidCommit,
+    LogPruned,
+    ServiceUnavailable,
+    TableDropped,
+    VersionExpired,
+    VersionNotFound,
+)
 from segcat.catalog.log.commit_producer import produce_commit
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
-from segcat.catalog.protocol import locations, versions
+from segcat.catalog.protocol import lifecycle, locations, versions
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
-from segcat.catalog.read import lookup
+from segcat.catalog.read import log_pruning, lookup
+from segcat.catalog.read.log_pruning import PruneResult
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.watch import Watcher
 from segcat.catalog.storage.frame_view import FrameView
@@ -146,6 +156,7 @@ class Table:
         """Where data would live by the configured warehouse; the recorded location wins."""
         self.redis = redis
         self.files = files
+        self._include_dropped = False
 
     def _reader(self) -> LogReader:
         return LogReader(self.config, self.name)
@@ -195,8 +206,11 @@ class Table:
         bound = self.resolve_version(version, as_of_ms).bound
         if bound < 0:
             return TableState(self.name.qualified)
-        with Follower(self.config, self.name) as follower:
-            return follower.catch_up(bound, listener=listener, exact=True)
+        with Follower(self.config, self.name, files=self.files) as follower:
+            try:
+                return follower.catch_up(bound, listener=listener, exact=True)
+            except LogPruned as exc:
+                raise self._expired(bound) or exc from exc
 
     def snapshot(
         self,
@@ -206,6 +220,7 @@ class Table:
         listener: Listener | None = None,
         sources: tuple[str, ...] = ("redis", "object-store", "kafka"),
         stale_ok: bool = False,
+        include_dropped: bool = False,
     ) -> Snapshot:
         """The table at ``version`` (any offset ≤ the log's end) or as of a broker timestamp.
 
@@ -214,7 +229,9 @@ class Table:
         judged here by the same rules. ``stale_ok=True`` (head only) skips that tail and
         answers from the materialized head at once; the snapshot's ``behind`` then says how
         many log records it trails by. ``sources`` narrows the lookup chain (tests, tools).
+        A dropped table raises ``TableDropped`` unless ``include_dropped`` (undrop, purge, tools).
         """
+        self._include_dropped = include_dropped
         if stale_ok and version is None and as_of_ms is None and "redis" in sources:
             materialized = self._materialized_head()
             if materialized is not None:
@@ -249,7 +266,29 @@ class Table:
         frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
         return self._snapshot(frame, found.origin if not tail else f"{found.origin}+kafka", resolved)
 
+    def _expired(self, version: int) -> VersionExpired | None:
+        """``VersionExpired`` naming the oldest readable version, when ``version`` is older than it."""
+        if self.files is None:
+            return None
+        try:
+            frames = self.files.keyframe_versions()
+            from_start = bool(self.files.archives()) and self.files.archive_plan(-1)[0].from_version == 0
+        except (OSError, ArchiveGap):
+            return None
+        oldest = 0 if from_start else (frames[0] if frames else None)
+        if oldest is not None and version >= oldest:
+            return None
+        return VersionExpired(
+            f"version {version} of {self.name} is older than the history kept "
+            + (f"(the oldest readable version is {oldest})" if oldest is not None else "(none is kept)"),
+            oldest=oldest,
+        )
+
     def _snapshot(self, frame: FrameView, origin: str, resolved: Resolved | None) -> Snapshot:
+        if not self._include_dropped and lifecycle.is_dropped(frame.protocol, dict(frame.properties)):
+            raise TableDropped(
+                f"table {self.name} is dropped; `segcat table undrop {self.name}` brings it back"
+            )
         note = resolved.note if resolved is not None else None
         return Snapshot(frame, self.root, origin=origin, note=note, behind=0)
 
@@ -282,8 +321,12 @@ class Table:
         """
         head = self.snapshot()
         target = versions.new_table_protocol()
-        if head.protocol.version >= target.version:
+        if head.protocol.version >= target.version and set(target.features) <= set(head.protocol.features):
             return head.version
+        target = Protocol(
+            max(target.version, head.protocol.version),
+            tuple(sorted(set(target.features) | set(head.protocol.features))),
+        )
         changes = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
         commit = Commit(
             commit_id=Commit.new_id(),
@@ -320,9 +363,12 @@ class Table:
         so listing the tail of a long log does not replay it from offset 0.
         """
         collected: list[Applied] = []
-        with Follower(self.config, self.name, self._image_before(start)) as follower:
+        with Follower(self.config, self.name, self._image_before(start), files=self.files) as follower:
             upto = follower.log_end() if end is None else end - 1
-            follower.catch_up(upto, listener=lambda applied, _: collected.append(applied), exact=True)
+            try:
+                follower.catch_up(upto, listener=lambda applied, _: collected.append(applied), exact=True)
+            except LogPruned as exc:
+                raise self._expired(start) or exc from exc
         for applied in collected:
             if applied.verdict.offset >= start:
                 yield applied
@@ -348,6 +394,78 @@ class Table:
             for a in self.records()
             if a.verdict.outcome is Outcome.ACCEPTED and a.commit is not None
         ]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _commit_table_properties(self, changes: dict[str, str | None], what: str) -> int:
+        """One SET_PROPERTIES commit of the lifecycle's reserved properties; its version, or why not."""
+        head = self.snapshot(include_dropped=True)
+        if not lifecycle.has_feature(head.protocol):
+            raise InvalidArgument(
+                f"{what} needs the protocol feature 'lifecycle'; run `segcat table upgrade {self.name}` first"
+            )
+        commit = Commit(
+            commit_id=Commit.new_id(),
+            table=self.name.qualified,
+            operation=Operation.SET_PROPERTIES,
+            base_version=head.offset,
+            writer_id=f"segcat-{what.replace(' ', '-')}-{os.getpid()}",
+            timestamp_ms=int(time.time() * 1000),
+            table_properties=changes,
+        )
+        offset = produce_commit(self.config, self.name, commit, self.info.max_message_bytes)
+        return self.expect_accepted(commit, offset)
+
+    def log_start(self) -> int:
+        """The first version still in Kafka (0 until the log is pruned)."""
+        return self.snapshot(include_dropped=True).log_start
+
+    def prune_log(
+        self,
+        *,
+        retain_versions: int | None = None,
+        retain_age_ms: int | None = None,
+        dry_run: bool = False,
+    ) -> PruneResult:
+        """Cut the Kafka log from its beginning up to the newest key frame the archives cover
+        (and no newer than retention allows): null records for the keys, then ``segcat.log.start``."""
+        log_pruning.check_retention(retain_versions, retain_age_ms)
+        if self.files is None:
+            raise InvalidArgument("pruning needs object storage (the history moves there)")
+        head = self.snapshot(include_dropped=True)
+        if not lifecycle.has_feature(head.protocol):
+            raise InvalidArgument(
+                f"pruning needs the protocol feature 'lifecycle': run `segcat table upgrade {self.name}`"
+            )
+        plan = log_pruning.plan_prune(
+            self.config,
+            self.name,
+            self.files,
+            head.log_start,
+            retain_versions=retain_versions,
+            retain_age_ms=retain_age_ms,
+        )
+        if dry_run or not plan.prunes:
+            return PruneResult(plan, None)
+        log_pruning.write_nulls(self.config, self.name, plan.nulls)
+        version = self._commit_table_properties(log_pruning.marker_properties(plan), "prune")
+        return PruneResult(plan, version)
+
+    def drop(self) -> int:
+        """Drop the table: a commit in the log; readers and writers then get ``TableDropped``."""
+        head = self.snapshot(include_dropped=True)
+        if head.dropped:
+            raise TableDropped(f"table {self.name} is already dropped")
+        return self._commit_table_properties(
+            {lifecycle.DROPPED_PROPERTY: str(int(time.time() * 1000))}, "drop"
+        )
+
+    def undrop(self) -> int:
+        """Bring a dropped table back (before it is purged)."""
+        head = self.snapshot(include_dropped=True)
+        if not head.dropped:
+            raise InvalidArgument(f"table {self.name} is not dropped")
+        return self._commit_table_properties({lifecycle.DROPPED_PROPERTY: None}, "undrop")
 
     def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
         """Every accepted version after ``from_version`` (default: the current head), gap-free."""

@@ -1,12 +1,14 @@
-"""Commit archives: the accepted commits between two key frames, as one Parquet object (docs/PROTOCOL.md §6).
+"""Commit archives: the log between two key frames, as one Parquet object (docs/PROTOCOL.md §6).
 
-An archive covers the versions ``from_version ..= to_version`` (``from_version`` = the
+An archive covers the offsets ``from_version ..= to_version`` (``from_version`` = the
 previous key frame's version + 1) and holds every ACCEPTED commit in that range with its
 raw record value, so the history survives pruning of the Kafka topic and key frames +
-archives alone rebuild every version. The range is stored even where it holds no commit:
-it is what proves coverage (rejected records also take offsets). A SHA-256 over the range
-metadata and every column (computed on whole Arrow buffers, as for key frames) is checked
-on every load; Parquet page checksums catch damage earlier where they can.
+archives alone rebuild every version. Format 2 also holds every other record of the range
+(rejected, invalid, duplicate, pruned) with its raw key and value: replaying an archive
+through the rules gives exactly the verdicts the log gave, after Kafka has forgotten them.
+The range is stored even where it holds no commit: it is what proves coverage. A SHA-256
+over the range metadata and every column (computed on whole Arrow buffers, as for key
+frames) is checked on every load; Parquet page checksums catch damage earlier where they can.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from segcat.catalog.errors import CorruptArchive
+from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.storage import parquet_objects
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
+ACCEPTED = "ACCEPTED"
 META_KEY = b"segcat.archive"
 CHECKSUM_KEY = b"segcat.checksum"
 
-SCHEMA = pa.schema(
+SCHEMA_V1 = pa.schema(
     [
         pa.field("version", pa.int64(), nullable=False),
         pa.field("timestamp_ms", pa.int64(), nullable=False),
@@ -37,6 +42,19 @@ SCHEMA = pa.schema(
         pa.field("value", pa.binary(), nullable=False),
     ]
 )
+SCHEMA = pa.schema(
+    [
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("timestamp_ms", pa.int64(), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),
+        pa.field("commit_id", pa.string()),
+        pa.field("operation", pa.string()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+    ]
+)
+"""Format 2: accepted rows carry commit_id, operation and value (the key is the commit id);
+other rows carry the record's raw key and value (either may be null) and their outcome."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +70,33 @@ class ArchivedCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivedRecord:
+    """A record of the range that was not accepted, as Kafka held it, with the rules' outcome."""
+
+    version: int
+    """Its offset."""
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
 class Archive:
     from_version: int
     to_version: int
     commits: tuple[ArchivedCommit, ...]
     table: str | None = None
+    others: tuple[ArchivedRecord, ...] = ()
+    """Format 2: the records that were not accepted (format 1 archives kept none)."""
+    complete: bool = False
+    """Whether the archive holds every record of its range (format 2), not only the accepted ones."""
+
+    def log_records(self) -> list[LogRecord]:
+        """Every record the archive holds, in offset order, as the log held it."""
+        records = [LogRecord(c.version, c.timestamp_ms, c.commit_id.encode(), c.value) for c in self.commits]
+        records += [LogRecord(o.version, o.timestamp_ms, o.key, o.value) for o in self.others]
+        return sorted(records, key=lambda r: r.offset)
 
 
 def _check_range(from_version: int, to_version: int, versions: list[int]) -> str | None:
@@ -71,21 +111,33 @@ def _check_range(from_version: int, to_version: int, versions: list[int]) -> str
 
 
 def encode_archive(
-    from_version: int, to_version: int, commits: Iterable[ArchivedCommit], *, table: str | None = None
+    from_version: int,
+    to_version: int,
+    commits: Iterable[ArchivedCommit],
+    *,
+    table: str | None = None,
+    others: Iterable[ArchivedRecord] = (),
 ) -> bytes:
-    """The Parquet bytes of the archive covering ``from_version ..= to_version`` (both inclusive)."""
-    rows = list(commits)
-    problem = _check_range(from_version, to_version, [c.version for c in rows])
+    """The Parquet bytes of the archive covering ``from_version ..= to_version`` (both inclusive):
+    the accepted ``commits`` and the ``others`` records of the range, in one offset order."""
+    accepted = list(commits)
+    rest = list(others)
+    if any(o.outcome == ACCEPTED for o in rest):
+        raise ValueError("cannot archive: an accepted record among the others")
+    rows: list[tuple[int, int, str, str | None, str | None, bytes | None, bytes | None]] = [
+        (c.version, c.timestamp_ms, ACCEPTED, c.commit_id, str(c.operation), None, bytes(c.value))
+        for c in accepted
+    ]
+    rows += [(o.version, o.timestamp_ms, str(o.outcome), None, None, o.key, o.value) for o in rest]
+    problem = _check_range(from_version, to_version, [c.version for c in accepted])
+    problem = problem or _check_range(from_version, to_version, [o.version for o in rest])
+    rows.sort(key=lambda row: row[0])
+    problem = problem or _check_range(from_version, to_version, [row[0] for row in rows])
     if problem:
         raise ValueError(f"cannot archive: {problem}")
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(SCHEMA)
     data = pa.table(
-        {
-            "version": pa.array([c.version for c in rows], pa.int64()),
-            "timestamp_ms": pa.array([c.timestamp_ms for c in rows], pa.int64()),
-            "commit_id": pa.array([c.commit_id for c in rows], pa.string()),
-            "operation": pa.array([str(c.operation) for c in rows], pa.string()),
-            "value": pa.array([bytes(c.value) for c in rows], pa.binary()),
-        },
+        {f.name: pa.array(list(values), f.type) for f, values in zip(SCHEMA, columns, strict=True)},
         schema=SCHEMA,
     )
     meta = {
@@ -93,6 +145,7 @@ def encode_archive(
         "from_version": from_version,
         "to_version": to_version,
         "count": len(rows),
+        "accepted": len(accepted),
         "table": table,
     }
     meta_json = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
@@ -109,15 +162,11 @@ def decode_archive(data: bytes) -> Archive:
     meta_json, checksum = metadata.get(META_KEY), metadata.get(CHECKSUM_KEY)
     if meta_json is None or checksum is None:
         raise CorruptArchive("not a segcat commit archive (metadata missing)")
-    if not table.schema.remove_metadata().equals(SCHEMA):
-        raise CorruptArchive(f"unexpected archive columns: {table.schema.remove_metadata()}")
-    if any(column.null_count for column in table.columns):
-        raise CorruptArchive("null values in a commit archive")
     if _checksum(meta_json, table).encode() != checksum:
         raise CorruptArchive("commit archive checksum mismatch")
     try:
         meta: dict[str, Any] = json.loads(meta_json)
-        if meta.get("format_version") != FORMAT_VERSION:
+        if meta.get("format_version") not in READABLE_FORMATS:
             raise CorruptArchive(
                 f"unsupported commit archive format {meta.get('format_version')!r}; upgrade segcat"
             )
@@ -129,23 +178,33 @@ def decode_archive(data: bytes) -> Archive:
         table_name = meta.get("table")
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptArchive(f"bad commit archive metadata: {exc}") from exc
-    columns = {name: table.column(name).to_pylist() for name in SCHEMA.names}
+    format_version = int(meta["format_version"])
+    expected = SCHEMA if format_version == 2 else SCHEMA_V1
+    if not table.schema.remove_metadata().equals(expected):
+        raise CorruptArchive(f"unexpected archive columns: {table.schema.remove_metadata()}")
+    columns = {name: table.column(name).to_pylist() for name in expected.names}
     versions: list[int] = columns["version"]
     problem = _check_range(from_version, to_version, versions)
     if problem or count != len(versions):
         raise CorruptArchive(f"inconsistent commit archive: {problem or 'row count differs from metadata'}")
-    commits = tuple(
-        ArchivedCommit(*row)
-        for row in zip(
-            versions,
-            columns["timestamp_ms"],
-            columns["commit_id"],
-            columns["operation"],
-            columns["value"],
-            strict=True,
+    outcomes = columns.get("outcome") or [ACCEPTED] * len(versions)
+    commits: list[ArchivedCommit] = []
+    others: list[ArchivedRecord] = []
+    for i, version in enumerate(versions):
+        timestamp, cid, operation, value = (
+            columns["timestamp_ms"][i],
+            columns["commit_id"][i],
+            columns["operation"][i],
+            columns["value"][i],
         )
-    )
-    return Archive(from_version, to_version, commits, table_name if isinstance(table_name, str) else None)
+        if outcomes[i] == ACCEPTED:
+            if cid is None or operation is None or value is None:
+                raise CorruptArchive(f"accepted record at version {version} lacks its commit")
+            commits.append(ArchivedCommit(version, timestamp, cid, operation, value))
+        else:
+            others.append(ArchivedRecord(version, timestamp, columns["key"][i], value, outcomes[i]))
+    name = table_name if isinstance(table_name, str) else None
+    return Archive(from_version, to_version, tuple(commits), name, tuple(others), format_version >= 2)
 
 
 def _checksum(meta_json: bytes, table: pa.Table) -> str:
@@ -158,11 +217,18 @@ def _checksum(meta_json: bytes, table: pa.Table) -> str:
 
 
 def _digest_column(digest: Any, name: str, column: pa.ChunkedArray) -> None:
-    """Feed one column's values to ``digest`` from its Arrow buffers (no per-value Python work)."""
+    """Feed one column's values to ``digest`` from its Arrow buffers (no per-value Python work).
+
+    A column with nulls adds its validity (one byte per value) and digests nulls as empty."""
     values = pa.concat_arrays(column.chunks) if column.num_chunks else pa.array([], column.type)
     digest.update(f"\n{name}:{len(values)}\n".encode())
     if not len(values):
         return
+    if values.null_count:
+        digest.update(
+            b"validity:" + pc.is_valid(values).cast(pa.uint8()).to_numpy(zero_copy_only=False).tobytes()
+        )
+        values = pc.fill_null(values, pa.scalar(0 if pa.types.is_integer(values.type) else b"", values.type))
     if pa.types.is_integer(values.type):
         width = values.type.bit_width // 8
         digest.update(

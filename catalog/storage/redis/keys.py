@@ -33,6 +33,16 @@ def keyframe_key(table: TableRef) -> str:
     return key(table, "keyframe")
 
 
+def leases_key(table: TableRef) -> str:
+    """Sorted set of version leases: lease id → expiry in server ms (``leases.LeaseStore``)."""
+    return key(table, "leases")
+
+
+def lease_info_key(table: TableRef) -> str:
+    """Hash of version leases: lease id → JSON {version, holder, acquired_ms, ttl_ms}."""
+    return key(table, "lease-info")
+
+
 def channel(table: TableRef | None = None) -> str:
     """The table's channel, or the global one for ``None``."""
     return GLOBAL_CHANNEL if table is None else key(table, "versions")

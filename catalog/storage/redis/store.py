@@ -275,4 +275,3 @@ class RedisStore:
         with self.guarded("list tables"):
             members: set[bytes] = self.client.smembers(keys.TABLES_KEY)
         return sorted(m.decode() for m in members)
-

@@ -1,0 +1,158 @@
+"""Prune a table's Kafka log from the beginning of its timeline (docs/PROTOCOL.md §3c).
+
+Kafka refuses ``DeleteRecords`` on a compacted topic, so pruning works with the log cleaner:
+a null-value record for every key at or before the prune point P lets compaction remove
+them, and a ``SET_PROPERTIES`` of ``segcat.log.start = P + 1`` tells every image where Kafka
+starts. P is at most the newest key frame whose commit archives cover every offset ≤ P, so
+each pruned version stays readable from object storage, and no newer than retention allows.
+
+A null record for key K removes *every* earlier record with key K, those after P too; so a
+key that also appears after P (a rejected commit retried under the same id, a resend) gets
+no null: compaction already removes its earlier records, its latest one survives.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidArgument, ServiceUnavailable
+from segcat.catalog.log.clients import producer_config
+from segcat.catalog.log.reader import LogReader
+from segcat.catalog.protocol import lifecycle
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.storage.table_files import TableFiles
+
+MAX_RETAIN_VERSIONS = 2**53
+MAX_RETAIN_AGE_MS = 100 * 365 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """What a prune would do: cut the log up to ``prune_point`` (inclusive), and why there."""
+
+    table: str
+    log_start: int
+    """The first version in Kafka before this prune."""
+    prune_point: int
+    """The last offset pruned; ``log_start - 1`` when there is nothing to prune."""
+    limit: str
+    """What bounded the prune point: key frames, retain-versions, retain-age or nothing to do."""
+    nulls: tuple[bytes, ...] = ()
+    """The keys that get a null record (every key ≤ P without a record after P)."""
+    kept_keys: tuple[bytes, ...] = field(default=())
+    """Keys ≤ P that also appear after P: no null (their later record must survive)."""
+
+    @property
+    def prunes(self) -> bool:
+        return self.prune_point >= self.log_start
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    plan: PrunePlan
+    marker_version: int | None
+    """The version of the ``segcat.log.start`` commit (None: dry run or nothing to do)."""
+
+
+def check_retention(retain_versions: int | None, retain_age_ms: int | None) -> None:
+    """``InvalidArgument`` for retention values that cannot be meant."""
+    if retain_versions is not None and (
+        isinstance(retain_versions, bool)
+        or not isinstance(retain_versions, int)
+        or not 1 <= retain_versions <= MAX_RETAIN_VERSIONS
+    ):
+        raise InvalidArgument(f"retain-versions must be an integer ≥ 1, got {retain_versions!r}")
+    if retain_age_ms is not None and (
+        isinstance(retain_age_ms, bool)
+        or not isinstance(retain_age_ms, int)
+        or not 0 <= retain_age_ms <= MAX_RETAIN_AGE_MS
+    ):
+        raise InvalidArgument(
+            f"retain-age must be a duration between 0 and 100 years, got {retain_age_ms!r} ms"
+        )
+
+
+def prunable_upto(files: TableFiles) -> int:
+    """The newest key frame version whose archives cover every offset up to it (-1: none)."""
+    covered = files.archived_upto()
+    if covered < 0:
+        return -1
+    frame = files.newest_valid_keyframe(at_most=covered)
+    return -1 if frame is None else frame.version
+
+
+def plan_prune(
+    config: Config,
+    name: TableName,
+    files: TableFiles,
+    log_start: int,
+    *,
+    retain_versions: int | None = None,
+    retain_age_ms: int | None = None,
+    now_ms: int | None = None,
+) -> PrunePlan:
+    """Where the log can be cut now, and the keys that need a null record."""
+    check_retention(retain_versions, retain_age_ms)
+    bound, limit = prunable_upto(files), "key frames"
+    with LogReader(config, name) as reader:
+        end = reader.watermarks()[1] - 1
+        if retain_versions is not None and end - retain_versions < bound:
+            bound, limit = end - retain_versions, "retain-versions"
+        if retain_age_ms is not None:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            first_young = reader.offset_for_time(max(now - retain_age_ms, 0))
+            if first_young is not None and first_young - 1 < bound:
+                bound, limit = first_young - 1, "retain-age"
+        if bound < log_start:
+            return PrunePlan(name.qualified, log_start, log_start - 1, "nothing to prune")
+        before: dict[bytes, None] = {}
+        after: set[bytes] = set()
+        for record in reader.read(log_start):
+            if record.key is None:
+                continue
+            if record.offset <= bound:
+                if record.value is not None:
+                    before[record.key] = None
+            else:
+                after.add(record.key)
+    nulls = tuple(k for k in before if k not in after)
+    kept = tuple(k for k in before if k in after)
+    return PrunePlan(name.qualified, log_start, bound, limit, nulls, kept)
+
+
+def write_nulls(config: Config, name: TableName, keys: tuple[bytes, ...]) -> None:
+    """Produce a null-value record for each key (idempotent producer, acks=all) and wait for all."""
+    if not keys:
+        return
+    producer = Producer(producer_config(config, 1_000_000))
+    failures: list[KafkaError] = []
+    delivered = 0
+
+    def report(err: KafkaError | None, _: Message) -> None:
+        nonlocal delivered
+        delivered += 1
+        if err is not None:
+            failures.append(err)
+
+    for key in keys:
+        while True:
+            try:
+                producer.produce(name.topic, key=key, value=None, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    deadline = time.monotonic() + config.request_timeout_s + 10
+    while delivered < len(keys) and time.monotonic() < deadline:
+        producer.poll(0.05)
+    producer.flush(1)
+    if failures or delivered < len(keys):
+        why = failures[0] if failures else "timed out"
+        raise ServiceUnavailable(f"could not write the pruning records to {name.topic}: {why}")
+
+
+def marker_properties(plan: PrunePlan) -> dict[str, str | None]:
+    return {lifecycle.LOG_START_PROPERTY: str(plan.prune_point + 1)}
