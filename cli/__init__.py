@@ -24,6 +24,8 @@ from segcat.catalog.errors import (
 from segcat.catalog.errors import exit_code as error_exit_code
 from segcat.cli.commit_cmd import commit_cmd
 from segcat.cli.demo import demo_cmd
+from segcat.cli.lease_cmds import leases_cmd
+from segcat.cli.lifecycle_cmds import prune_cmd, vacuum_cmd
 from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.service_cmds import watch_cmd
 from segcat.cli.stack_cmds import stack
@@ -109,6 +111,9 @@ for _command in (
     diff_cmd,
     demo_cmd,
     watch_cmd,
+    leases_cmd,
+    prune_cmd,
+    vacuum_cmd,
 ):
     cli.add_command(_command)
 

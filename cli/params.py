@@ -95,3 +95,37 @@ def parse_as_of(value: str) -> int:
 
 
 AS_OF = AsOf()
+
+
+_DURATION = re.compile(r"([0-9]{1,12})(ms|s|m|h|d|w)")
+_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+MAX_DURATION_MS = 100 * 365 * 86_400_000
+
+
+class Duration(_IntType):
+    """A duration with a unit: ``500ms``, ``45s``, ``30m``, ``12h``, ``7d``, ``2w`` (or ``0``), in ms."""
+
+    name = "duration"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            ms = value
+        else:
+            text = str(value).strip().lower()
+            match = _DURATION.fullmatch(text)
+            if text == "0":
+                ms = 0
+            elif match is None:
+                self.fail(
+                    f"{str(value)[:40]!r} is not a duration: a number with a unit, e.g. 30m, 12h, 7d",
+                    param,
+                    ctx,
+                )
+            else:
+                ms = int(match.group(1)) * _UNIT_MS[match.group(2)]
+        if not 0 <= ms <= MAX_DURATION_MS:
+            self.fail(f"{str(value)[:40]!r} is not a duration from 0 to 100 years", param, ctx)
+        return ms
+
+
+DURATION = Duration()

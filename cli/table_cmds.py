@@ -1,4 +1,4 @@
-"""``segcat table create|list|describe|upgrade``."""
+"""``segcat table create|list|describe|upgrade|drop|undrop|purge``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
+from segcat.catalog.read.purge import purge
 from segcat.catalog.read.table import Catalog
 from segcat.cli.params import Integer
 
@@ -84,4 +85,41 @@ def upgrade(name: str) -> None:
     console.print(
         f"[green]upgraded[/] [bold]{opened.name}[/] from protocol {before.version} to protocol "
         f"[bold]{after.version}[/] at version {version}; location {escape(opened.location())}"
+    )
+
+
+@table.command("drop")
+@click.argument("name")
+def drop(name: str) -> None:
+    """Drop table NAME: readers and writers get TableDropped until it is undropped or purged."""
+    opened = Catalog(Config.load()).table(name)
+    version = opened.drop()
+    console.print(
+        f"dropped [bold]{opened.name}[/] at version {version}; "
+        f"`segcat table undrop {opened.name}` restores it, `segcat table purge {opened.name}` deletes it"
+    )
+
+
+@table.command("undrop")
+@click.argument("name")
+def undrop(name: str) -> None:
+    """Bring back a dropped table NAME (before it is purged)."""
+    opened = Catalog(Config.load()).table(name)
+    version = opened.undrop()
+    console.print(f"undropped [bold]{opened.name}[/] at version {version}")
+
+
+@table.command("purge")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge_cmd(name: str, yes: bool) -> None:
+    """Delete a dropped table NAME for good: data, _catalog, Redis keys, then the topic."""
+    catalog = Catalog(Config.load())
+    opened = catalog.table(name)
+    if not yes:
+        click.confirm(f"delete every file and the topic of {opened.name}?", abort=True)
+    report = purge(catalog, opened)
+    console.print(
+        f"purged [bold]{report.table}[/]: {report.data_files:,} data files, {report.catalog_objects:,} "
+        f"catalog objects, {report.redis_keys} Redis keys, topic deleted"
     )

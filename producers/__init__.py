@@ -1,5 +1,6 @@
 """Writers: publish commits to a table's topic and learn their verdicts."""
 
+from segcat.producers.intent import WriteIntent
 from segcat.producers.writer import TableWriter
 
-__all__ = ["TableWriter"]
+__all__ = ["TableWriter", "WriteIntent"]

@@ -27,6 +27,7 @@ from segcat.catalog.errors import (
     InvalidCommit,
     MalformedCommit,
     ServiceUnavailable,
+    TableDropped,
 )
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.follower import Follower
@@ -38,11 +39,12 @@ from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.protocol.replay import Applied, Listener
-from segcat.catalog.protocol.rules import Outcome, Verdict
+from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
+from segcat.producers.intent import DEFAULT_INTENT_TTL_S, WriteIntent
 
 log = logging.getLogger("segcat.writer")
 
@@ -91,6 +93,14 @@ def _outside_root(commit: Commit, root: str, state: TableState) -> str | None:
     return None
 
 
+def _refuse_dropped(name: TableName, verdict: Verdict) -> None:
+    if verdict.rule is Rule.TABLE_DROPPED:
+        raise TableDropped(
+            f"table {name} was dropped at version {verdict.conflicting_version}; "
+            f"`segcat table undrop {name}` restores it"
+        )
+
+
 def default_writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -126,6 +136,7 @@ class TableWriter:
         self._verdicts: dict[str, Verdict] = {}
         self._pending: set[str] = set()
         self._lock = threading.Lock()
+        self._intents: list[WriteIntent] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,6 +149,9 @@ class TableWriter:
         self.close()
 
     def close(self) -> None:
+        """Abort the intents still open (a job that never committed), then close the clients."""
+        for intent in list(self._intents):
+            intent.abort()
         self._producer.flush(self.config.request_timeout_s)
         self._follower.close()
 
@@ -273,6 +287,7 @@ class TableWriter:
         if verdict.outcome is Outcome.INVALID:
             raise MalformedCommit(f"commit not sent: {verdict.detail}")
         if verdict.outcome is Outcome.REJECTED:
+            _refuse_dropped(self.name, verdict)
             raise CommitConflict(
                 str(verdict.rule),
                 verdict.detail,
@@ -318,6 +333,7 @@ class TableWriter:
         if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
             return verdict.original_version
         if verdict.outcome is Outcome.REJECTED:
+            _refuse_dropped(self.name, verdict)
             raise CommitConflict(
                 str(verdict.rule),
                 verdict.detail,
@@ -393,6 +409,27 @@ class TableWriter:
         return self.commit(
             self.new_commit(Operation.DELETE, drops=drops, tombstones=predicates, properties=properties)
         )
+
+    def drop_partitions(
+        self, partitions: Iterable[str | None], *, properties: Mapping[str, str] | None = None
+    ) -> int | None:
+        """Drop whole partitions: one DELETE of every live segment in them (None = the null
+        partition). Re-planned on the newest state after a conflict; None when they hold nothing."""
+        wanted = set(_collection(partitions, "partitions"))
+
+        def plan(state: TableState) -> Commit | None:
+            drops = sorted(sid for sid, live in state.segments.items() if live.segment.partition in wanted)
+            if not drops:
+                return None
+            return self.new_commit(Operation.DELETE, drops=drops, properties=properties)
+
+        return self.commit_with_retry(plan)
+
+    def intent(self, prefix: str, *, ttl_s: float = DEFAULT_INTENT_TTL_S) -> WriteIntent:
+        """A write intent for files written under ``prefix`` (a context manager; see ``producers.intent``)."""
+        intent = WriteIntent(self, prefix, ttl_s)
+        self._intents.append(intent)
+        return intent
 
     def set_properties(self, changes: Mapping[str, str | None]) -> int:
         return self.commit(self.new_commit(Operation.SET_PROPERTIES, table_properties=changes))

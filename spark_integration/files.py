@@ -9,6 +9,11 @@ rows, never the data, and publishes them in one commit. A file is complete befor
 task (temp name + rename locally, one upload on object stores), and until the commit is
 accepted nothing references it: a failed or losing job leaves orphans for vacuum, never a
 half-visible table.
+
+Every file also names, in its Parquet key-value metadata (``segcat.table``,
+``segcat.commit_id``, ``segcat.writer_id``: ``PROVENANCE_KEYS``), the commit that meant to add
+it, so a file found on storage can be traced back to its commit (``read_provenance``), whether
+that commit was accepted, rejected or never sent.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ GROUP_COLUMN = "_segcat_group"
 OUTPUT_SCHEMA = "segment string"
 """What ``write_files`` returns to the driver: one JSON-encoded ``Segment`` per file."""
 
+PROVENANCE_KEYS = {"table": "segcat.table", "commit_id": "segcat.commit_id", "writer_id": "segcat.writer_id"}
+"""Provenance field → the Parquet key-value metadata key each segment file records it under."""
+
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
@@ -67,6 +75,17 @@ class FileSpec:
     max_rows_per_file: int | None = None
     schema_json: str | None = None
     """The Spark schema of the written rows, recorded in each segment."""
+    table: str | None = None
+    """Provenance: the qualified table name the files are written for."""
+    commit_id: str | None = None
+    """Provenance: the id of the commit that will add the files (minted before they are written)."""
+    writer_id: str | None = None
+    """Provenance: the id of the ``TableWriter`` that will publish that commit."""
+
+    def provenance(self) -> dict[str, str]:
+        """The Parquet key-value metadata every file of this spec carries (fields that are None omitted)."""
+        values = {"table": self.table, "commit_id": self.commit_id, "writer_id": self.writer_id}
+        return {PROVENANCE_KEYS[k]: v for k, v in values.items() if v is not None}
 
 
 # ---------------------------------------------------------------------------- partition names
@@ -122,6 +141,31 @@ def filesystem(root: str, s3_endpoint: str | None, s3_region: str | None) -> tup
         fs, base = pafs.FileSystem.from_uri(root)
         return fs, base.rstrip("/")
     return pafs.LocalFileSystem(), os.path.abspath(root)
+
+
+def read_provenance(
+    path: str,
+    *,
+    s3_endpoint: str | None = None,
+    s3_region: str | None = None,
+    fs: pafs.FileSystem | None = None,
+) -> dict[str, str] | None:
+    """The provenance a segment file records in its footer: ``{"table", "commit_id", "writer_id"}``.
+
+    ``path`` is a local path or a URI (``s3://bucket/…/part-….parquet``), or a path in ``fs``'s
+    own syntax when ``fs`` is given. Only the footer is read. Fields the file lacks are left out;
+    None when it records none of them (a file segcat did not write, or wrote before provenance).
+    """
+    if fs is None:
+        fs, path = filesystem(path, s3_endpoint, s3_region)
+    with fs.open_input_file(path) as handle:
+        metadata = pq.read_metadata(handle).metadata or {}
+    found = {
+        field_name: value.decode()
+        for field_name, key in PROVENANCE_KEYS.items()
+        if (value := metadata.get(key.encode())) is not None
+    }
+    return found or None
 
 
 def _single_upload(fs: pafs.FileSystem) -> bool:
@@ -240,8 +284,9 @@ class _OpenFile:
         )
         self.stream = fs.open_output_stream(self.target)
         self.facts = RowFacts(schema, spec.bloom_column)
+        stamped = schema.with_metadata({**(schema.metadata or {}), **_encoded(spec.provenance())})
         self.writer = pq.ParquetWriter(
-            self.stream, schema, compression="zstd", write_statistics=self.facts.statistics_columns(schema)
+            self.stream, stamped, compression="zstd", write_statistics=self.facts.statistics_columns(schema)
         )
         self.rows = 0
 
@@ -271,6 +316,10 @@ class _OpenFile:
             self.stream.close()
         with contextlib.suppress(Exception):
             self.fs.delete_file(self.target)
+
+
+def _encoded(values: Mapping[str, str]) -> dict[bytes, bytes]:
+    return {k.encode(): v.encode() for k, v in values.items()}
 
 
 def _split(batch: pa.RecordBatch, keys: tuple[str, ...]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:

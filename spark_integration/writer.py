@@ -11,14 +11,20 @@ job runs counts as concurrent: a SERIALIZABLE replace sees a concurrent append i
 partitions (rule 5), a compaction sees a concurrent compaction of its inputs (rule 3) or a
 concurrent soft delete (rule 3b). A rejected commit raises the typed ``CommitConflict``;
 its files stay unreferenced until vacuum removes them.
+
+The commit's id and the writer's id exist before the first file does: every file records
+them, with the table, in its footer (``files.read_provenance``), and the planned commit
+carries that same id, so any file on storage names the commit that meant to add it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
@@ -34,13 +40,16 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Table, table_root
-from segcat.producers import TableWriter
+from segcat.producers import TableWriter, WriteIntent
 from segcat.spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
 
 Mode = Literal["append", "replace"]
 
 DEFAULT_TARGET_FILE_ROWS = 1_000_000
+INTENT_PREFIX = "data/"
+INTENT_TTL_S = 600.0
+"""A killed job's files stay protected this long (plus vacuum's grace); renewed every 200 s."""
 GROUPS_PER_JOB = 64
 """Compaction groups per Spark job: each group is one scan in a union, so plans stay small."""
 
@@ -57,6 +66,8 @@ class StagedWrite:
     """None: nothing to publish (an empty append, a compaction with nothing to merge)."""
     base_version: int
     base_accepted_version: int
+    intent: WriteIntent | None = None
+    """The write intent protecting the files until the commit (closed by it, or aborted on close)."""
 
     @property
     def adds(self) -> tuple[Segment, ...]:
@@ -73,10 +84,16 @@ class StagedWrite:
         """
         if self.planned is None:
             return self.base_accepted_version
+        if self.intent is not None:
+            return self.intent.commit(self.planned)
         return self.writer.commit(self.planned)
 
     def close(self) -> None:
-        self.writer.close()
+        try:
+            if self.intent is not None:
+                self.intent.abort()  # no-op once the commit closed it
+        finally:
+            self.writer.close()
 
     def __enter__(self) -> StagedWrite:
         return self
@@ -113,6 +130,51 @@ def _job_properties(spark: SparkSession, kind: str, extra: Mapping[str, str] | N
 def _open_writer(config: Config, name: TableName, spark: SparkSession) -> TableWriter:
     writer_id = f"spark-{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
     return TableWriter(config, name, writer_id=writer_id)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One commit attempt, named before any of its files is written."""
+
+    table: str
+    writer_id: str
+    commit_id: str
+    intent: WriteIntent | None = None
+
+    def stamp(self, spec: FileSpec) -> FileSpec:
+        """``spec`` whose files record this attempt (table, commit id, writer id) in their footers."""
+        return dataclasses.replace(spec, table=self.table, commit_id=self.commit_id, writer_id=self.writer_id)
+
+    def adopt(self, planned: Commit) -> Commit:
+        """``planned`` under this attempt's commit id, the one its files record."""
+        if (planned.table, planned.writer_id) != (self.table, self.writer_id):
+            raise RuntimeError("a commit planned by another writer cannot adopt this attempt's files")
+        return dataclasses.replace(planned, commit_id=self.commit_id)
+
+
+@contextlib.contextmanager
+def _writing_files(writer: TableWriter) -> Iterator[_Attempt]:
+    """The span in which one commit's files are written: every Spark job of a stage runs inside.
+
+    The commit id is minted here, before the first file exists, and the write intent is
+    published (on tables with the ``lifecycle`` feature): vacuum leaves everything under
+    ``data/`` alone while it lives. The commit closes it (``StagedWrite.commit``); a job that
+    fails aborts it here, and a killed one lets it expire.
+
+    Decision: the prefix is ``data/``, not the partitions the job will write: they are known
+    only once the rows are. The cost is that orphan deletion waits while a writer is active
+    (dropped files do not: they are found from the log).
+    """
+    intent = writer.intent(INTENT_PREFIX, ttl_s=INTENT_TTL_S)
+    intent.open()
+    attempt = _Attempt(
+        writer.name.qualified, writer.writer_id, Commit.new_id(), intent if intent.active else None
+    )
+    try:
+        yield attempt
+    except BaseException:
+        intent.abort()
+        raise
 
 
 def _run(frame: DataFrame, spec: FileSpec) -> list[Segment]:
@@ -190,26 +252,30 @@ def stage_write(
     try:
         state = writer.refresh().copy()  # what the job reads: the commit's base, frozen
         base = state.version
-        spec = FileSpec(
-            root=state.location or table_root(cfg, name),
-            s3_endpoint=cfg.s3_endpoint,
-            s3_region=cfg.s3_region,
-            key_columns=keys,
-            bloom_column=bloom_column,
-            max_rows_per_file=max_rows_per_file,
-            schema_json=df.schema.json(),
-        )
-        adds = _run(df.repartition(*keys) if keys else df, spec)
+        with _writing_files(writer) as attempt:
+            spec = FileSpec(
+                root=state.location or table_root(cfg, name),
+                s3_endpoint=cfg.s3_endpoint,
+                s3_region=cfg.s3_region,
+                key_columns=keys,
+                bloom_column=bloom_column,
+                max_rows_per_file=max_rows_per_file,
+                schema_json=df.schema.json(),
+            )
+            adds = _run(df.repartition(*keys) if keys else df, attempt.stamp(spec))
         props = _job_properties(spark, f"write-{mode}", properties)
         if mode == "append":
             planned = (
-                writer.new_commit(Operation.APPEND, adds=adds, properties=props, base_version=base)
+                attempt.adopt(
+                    writer.new_commit(Operation.APPEND, adds=adds, properties=props, base_version=base)
+                )
                 if adds
                 else None
             )
         else:
-            planned = _plan_replace(writer, state, adds, keys, replace_scope, isolation, props)
-        return StagedWrite(writer, planned, base, state.last_accepted_version)
+            replace = _plan_replace(writer, state, adds, keys, replace_scope, isolation, props)
+            planned = None if replace is None else attempt.adopt(replace)
+        return StagedWrite(writer, planned, base, state.last_accepted_version, attempt.intent)
     except BaseException:
         writer.close()
         raise
@@ -341,15 +407,19 @@ def stage_compaction(
         if not groups:
             return StagedWrite(writer, None, state.version, state.last_accepted_version)
         adds: list[Segment] = []
-        for start in range(0, len(groups), GROUPS_PER_JOB):
-            adds.extend(_rewrite(spark, snapshot, groups[start : start + GROUPS_PER_JOB], start, cfg, root))
+        with _writing_files(writer) as attempt:
+            for start in range(0, len(groups), GROUPS_PER_JOB):
+                batch = groups[start : start + GROUPS_PER_JOB]
+                adds.extend(_rewrite(spark, snapshot, batch, start, attempt, cfg, root))
         drops = [live.segment.segment_id for group in groups for live in group]
         props = _job_properties(spark, "compact", properties)
         props["segcat.compact.groups"] = str(len(groups))
-        planned = writer.new_commit(
-            Operation.COMPACT, adds=adds, drops=drops, properties=props, base_version=state.version
+        planned = attempt.adopt(
+            writer.new_commit(
+                Operation.COMPACT, adds=adds, drops=drops, properties=props, base_version=state.version
+            )
         )
-        return StagedWrite(writer, planned, state.version, state.last_accepted_version)
+        return StagedWrite(writer, planned, state.version, state.last_accepted_version, attempt.intent)
     except BaseException:
         writer.close()
         raise
@@ -360,6 +430,7 @@ def _rewrite(
     snapshot: Snapshot,
     groups: Sequence[Sequence[LiveSegment]],
     first_id: int,
+    attempt: _Attempt,
     config: Config,
     root: str,
 ) -> list[Segment]:
@@ -388,4 +459,4 @@ def _rewrite(
         bloom_column=blooms.pop() if len(blooms) == 1 else None,
         schema_json=union.drop(GROUP_COLUMN).schema.json(),
     )
-    return _run(union.repartition(len(groups), GROUP_COLUMN), spec)
+    return _run(union.repartition(len(groups), GROUP_COLUMN), attempt.stamp(spec))

@@ -26,7 +26,13 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.materializer.table_materializer import TableMaterializer
 from segcat.producers import TableWriter
 from tests.factories import segment
-from tests.materializer_support import PrivateRedis, namespace, running_materializer, wait_for_head, write_load
+from tests.materializer_support import (
+    PrivateRedis,
+    namespace,
+    running_materializer,
+    wait_for_head,
+    write_load,
+)
 
 AGGRESSIVE_CLEANER = {
     "min.compaction.lag.ms": "0",
@@ -112,7 +118,10 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
 
         # The retried id goes to the log again after P, accepted this time.
         retry_offset = produce_commit(
-            pconfig, tname, _raw(name, Operation.APPEND, retried, end_before, adds=(segment("retried"),)), 1 << 20
+            pconfig,
+            tname,
+            _raw(name, Operation.APPEND, retried, end_before, adds=(segment("retried"),)),
+            1 << 20,
         )
         assert table.expect_accepted(_raw(name, Operation.APPEND, retried, 0), retry_offset) == retry_offset
         with pytest.raises(InvalidArgument):

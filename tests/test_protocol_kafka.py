@@ -40,7 +40,11 @@ def test_a_new_table_records_its_protocol_and_absolute_location_first(
     (first,) = list(table.records())
     assert first.verdict.offset == 0 and first.verdict.outcome is Outcome.ACCEPTED
     assert first.commit is not None and first.commit.operation is Operation.UPGRADE_PROTOCOL
-    assert table.protocol() == versions.new_table_protocol() == Protocol(versions.CURRENT_VERSION, ("lifecycle",))
+    assert (
+        table.protocol()
+        == versions.new_table_protocol()
+        == Protocol(versions.CURRENT_VERSION, ("lifecycle",))
+    )
     location = table.location()
     assert os.path.isabs(location) and location == first.commit.table_properties[LOCATION_PROPERTY]
     assert location.endswith(table_name.replace(".", "/"))

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
-    ArchiveGap,
     InvalidArgument,
     InvalidCommit,
     LogPruned,
@@ -271,11 +270,9 @@ class Table:
         if self.files is None:
             return None
         try:
-            frames = self.files.keyframe_versions()
-            from_start = bool(self.files.archives()) and self.files.archive_plan(-1)[0].from_version == 0
-        except (OSError, ArchiveGap):
+            oldest = self.files.oldest_readable()
+        except OSError:
             return None
-        oldest = 0 if from_start else (frames[0] if frames else None)
         if oldest is not None and version >= oldest:
             return None
         return VersionExpired(
@@ -306,11 +303,11 @@ class Table:
 
     def protocol(self) -> Protocol:
         """The protocol (rules version and features) the log is at now."""
-        return self.snapshot().protocol
+        return self.snapshot(include_dropped=True).protocol
 
     def location(self) -> str:
         """Where the table's data lives: the recorded location, else the configured warehouse's."""
-        return self.snapshot().root
+        return self.snapshot(include_dropped=True).root
 
     def upgrade_protocol(self) -> int:
         """Move the table to this segcat's protocol (an UPGRADE_PROTOCOL commit in the log).

@@ -9,6 +9,7 @@ relative to the warehouse root and checked, so no caller can escape the root.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import re
@@ -233,6 +234,16 @@ class ObjectStore:
             if info.type == pafs.FileType.File and TEMP_MARKER not in info.base_name
         )
         return sorted(found)
+
+    def list_files(self, prefix: str = "") -> builtins.list[tuple[str, int, int]]:
+        """``(key, size, mtime_ms)`` of every file under ``prefix``, temp files included (vacuum)."""
+        root = self._backend.root.rstrip("/")
+        strip = len(root) + 1
+        return [
+            (info.path[strip:], int(info.size or 0), (info.mtime_ns or 0) // 1_000_000)
+            for info in self._infos(prefix)
+            if info.type == pafs.FileType.File
+        ]
 
     def __repr__(self) -> str:
         return f"ObjectStore({self._uri_prefix!r})"

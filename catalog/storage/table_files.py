@@ -316,9 +316,26 @@ class TableFiles:
                 yield record
 
     def archived_upto(self) -> int:
-        """The last offset the archives cover without a gap from the start of the log (-1: none)."""
-        plan = self.archive_plan(-1) if self.archives() else []
-        return plan[-1].to_version if plan else -1
+        """The last offset the archives cover without a gap, from the start of the log or (once
+        history retention removed the oldest) from the oldest key frame kept; -1: none."""
+        if not self.archives():
+            return -1
+        frames = self.keyframe_versions()
+        for start in (-1, *frames[:1]):
+            try:
+                plan = self.archive_plan(start)
+            except ArchiveGap:
+                continue
+            return plan[-1].to_version if plan else start
+        return -1
+
+    def oldest_readable(self) -> int | None:
+        """The oldest version object storage alone can rebuild (None: it holds no history)."""
+        refs = self.archives()
+        if refs and refs[0].from_version == 0:
+            return 0
+        frames = self.keyframe_versions()
+        return frames[0] if frames else None
 
     def _iter_plan(
         self, plan: list[ArchiveRef], after_version: int, upto: int | None

@@ -271,7 +271,22 @@ class RedisStore:
         with self.guarded(f"register {table}"):
             self.client.sadd(keys.TABLES_KEY, table_name(table).qualified)
 
+    def forget_table(self, table: TableRef) -> int:
+        """Delete every key of ``table`` (head, key frame, deltas, leases) and unregister it (purge)."""
+        name = table_name(table).qualified
+        prefix = keys.key(table, "")
+        with self.guarded(f"forget {name}"):
+            doomed = [k for k in self.client.scan_iter(match=f"{_glob_escape(prefix)}*", count=1000)]
+            removed = int(self.client.delete(*doomed)) if doomed else 0
+            self.client.srem(keys.TABLES_KEY, name)
+        return removed
+
     def tables(self) -> list[str]:
         with self.guarded("list tables"):
             members: set[bytes] = self.client.smembers(keys.TABLES_KEY)
         return sorted(m.decode() for m in members)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` with Redis glob metacharacters escaped (table names may hold none, but be exact)."""
+    return "".join(f"\\{ch}" if ch in "*?[]\\" else ch for ch in text)

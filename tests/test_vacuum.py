@@ -1,0 +1,249 @@
+"""Vacuum on real Kafka, Redis and a local warehouse: what goes, what stays, and why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict, InvalidArgument, TableDropped, UnsafeLocation
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import Commit, Operation, Segment
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.lease import acquire_lease
+from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.vacuum import check_duration, check_retain_versions, vacuum
+from segcat.producers import TableWriter
+from tests.factories import produce_raw
+
+
+def _write_file(table: Table, relative: str, size: int = 64) -> Path:
+    path = Path(table.location()) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def _segment(table: Table, sid: str, partition: str = "p0") -> Segment:
+    relative = f"data/part={partition}/{sid}.parquet"
+    _write_file(table, relative)
+    return Segment(sid, relative, 64, 1, partition)
+
+
+def _exists(table: Table, relative: str) -> bool:
+    return (Path(table.location()) / relative).exists()
+
+
+@pytest.fixture
+def vconfig(config: Config, tmp_path: Path) -> Config:
+    return replace(config, warehouse=str(tmp_path / "warehouse"))
+
+
+@pytest.fixture
+def vtable(vconfig: Config, table_name: str) -> Table:
+    return Catalog(vconfig).create_table(table_name)
+
+
+def test_dropped_files_go_after_grace_and_leases_keep_theirs(vconfig: Config, vtable: Table) -> None:
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "a"), _segment(vtable, "b")])
+        old = writer.compact(["a", "b"], [_segment(vtable, "ab")])
+        writer.compact(["ab"], [_segment(vtable, "final")])
+    head = vtable.log_end()
+    # inside the grace period: nothing dropped goes
+    report = vacuum(vtable, retain_versions=1, grace_ms=3_600_000)
+    assert report.deleted == 0 and report.kept_by_grace >= 3
+    catalog = Catalog(vconfig)
+    assert catalog.redis is not None
+    with acquire_lease(catalog.redis, vtable.name, old, ttl_s=30):
+        dry = vacuum(vtable, retain_versions=1, grace_ms=0, dry_run=True)
+        assert dry.horizon == old and dry.leased_versions == (old,)
+        assert {Path(f.path).name for f in dry.files} == {"a.parquet", "b.parquet"}
+        assert all(_exists(vtable, f"data/part=p0/{s}.parquet") for s in ("a", "b"))  # dry run
+        report = vacuum(vtable, retain_versions=1, grace_ms=0)
+        assert report.deleted == 2 and report.by_reason() == {"dropped": {"files": 2, "bytes": 128}}
+        assert _exists(vtable, "data/part=p0/ab.parquet")  # the leased version still sees it
+    report = vacuum(vtable, retain_versions=1, grace_ms=0)
+    assert [Path(f.path).name for f in report.files] == ["ab.parquet"]
+    assert not _exists(vtable, "data/part=p0/ab.parquet") and _exists(vtable, "data/part=p0/final.parquet")
+    assert report.horizon == head
+    again = vacuum(vtable, retain_versions=1, grace_ms=0)
+    assert again.files == [] and again.deleted == 0  # a rerun has nothing left to do
+
+
+def test_orphans_wait_for_grace_and_live_intents(vconfig: Config, vtable: Table) -> None:
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "kept")])
+        young = _write_file(vtable, "data/part=p0/young-orphan.parquet")
+        old = _write_file(vtable, "data/part=p0/old-orphan.parquet")
+        temp = _write_file(vtable, "data/part=p0/.x.parquet.segcat-tmp-123")
+        an_hour_ago = time.time() - 3600
+        os.utime(old, (an_hour_ago, an_hour_ago))
+        os.utime(temp, (an_hour_ago, an_hour_ago))
+        report = vacuum(vtable, grace_ms=600_000)
+        assert sorted(Path(f.path).name for f in report.files) == sorted([old.name, temp.name])
+        assert young.exists() and not old.exists() and _exists(vtable, "data/part=p0/kept.parquet")
+        with writer.intent("data/part=p1/", ttl_s=60) as intent:
+            in_flight = _write_file(vtable, "data/part=p1/in-flight.parquet")
+            os.utime(in_flight, (an_hour_ago, an_hour_ago))
+            report = vacuum(vtable, grace_ms=0)
+            assert in_flight.exists() and report.kept_by_intent == 1 and report.open_intents == 1
+            assert young.name in {Path(f.path).name for f in report.files}
+            intent.commit(
+                writer.new_commit(
+                    Operation.APPEND, adds=[Segment("f", "data/part=p1/in-flight.parquet", 64, 1, "p1")]
+                )
+            )
+        assert vtable.snapshot().segment_ids() == {"kept", "f"}
+        assert vacuum(vtable, grace_ms=0).files == [] and in_flight.exists()
+
+
+def test_a_killed_writer_s_files_survive_while_its_intent_lives(vconfig: Config, vtable: Table) -> None:
+    root = vtable.location()
+    script = f"""
+import os, sys
+from pathlib import Path
+from segcat.catalog.config import Config
+from segcat.producers import TableWriter
+config = Config.load()
+writer = TableWriter(config, {vtable.name.qualified!r})
+intent = writer.intent("data/job/", ttl_s=3)
+intent.open()
+path = Path({root!r}) / "data/job/part-0.parquet"
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_bytes(b"x" * 10)
+sys.stdout.write("written\\n"); sys.stdout.flush()
+os._exit(9)  # killed before its commit: no abort, no renewal
+"""
+    env = {
+        **os.environ,
+        "SEGCAT_BOOTSTRAP_SERVERS": vconfig.bootstrap_servers,
+        "SEGCAT_REDIS_URL": vconfig.redis_url or "",
+        "SEGCAT_WAREHOUSE": vconfig.warehouse,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "written" in done.stdout, done.stderr
+    orphan = Path(root) / "data/job/part-0.parquet"
+    report = vacuum(vtable, grace_ms=0)
+    assert orphan.exists() and report.kept_by_intent == 1
+    time.sleep(3.5)  # the intent expires (broker time + 3 s)
+    report = vacuum(vtable, grace_ms=0)
+    assert not orphan.exists() and [f.reason for f in report.files] == ["orphan"]
+
+
+def test_vacuum_refuses_bad_input_and_deletes_nothing(
+    vconfig: Config, vtable: Table, catalog: Catalog, table_name: str
+) -> None:
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "a")])
+        writer.compact(["a"], [_segment(vtable, "b")])
+    for bad in ({"grace_ms": -1}, {"grace_ms": 10**30}, {"retain_versions": 0}, {"retain_versions": True}):
+        with pytest.raises(InvalidArgument):
+            vacuum(vtable, **bad)  # type: ignore[arg-type]
+    assert _exists(vtable, "data/part=p0/a.parquet")
+    vtable.drop()
+    with pytest.raises(TableDropped):
+        vacuum(vtable, grace_ms=0)
+    assert _exists(vtable, "data/part=p0/a.parquet")
+    vtable.undrop()
+    # a protocol-1 log may hold absolute paths anywhere: vacuum refuses to touch them
+    name = TableName.parse(f"test.p1_{uuid.uuid4().hex[:12]}")
+    TopicAdmin(vconfig).create(name)
+    legacy = Catalog(vconfig).table(name)
+    outside = Path(vconfig.warehouse).parent / f"elsewhere-{uuid.uuid4().hex[:6]}.parquet"
+    outside.write_bytes(b"x")
+    commits = [
+        Commit(
+            Commit.new_id(),
+            name.qualified,
+            Operation.APPEND,
+            -1,
+            "w",
+            0,
+            adds=(Segment("x", f"file://{outside}", 1, 1),),
+        ),
+        Commit(Commit.new_id(), name.qualified, Operation.DELETE, 0, "w", 0, drops=("x",)),
+    ]
+    produce_raw(vconfig, name.topic, [(c.commit_id.encode(), codec.encode_commit(c)) for c in commits])
+    with pytest.raises(UnsafeLocation):
+        vacuum(legacy, retain_versions=1, grace_ms=0, ignore_leases=True)
+    assert outside.exists()
+
+
+@given(st.integers(max_value=-1) | st.integers(min_value=100 * 365 * 24 * 3600 * 1000 + 1) | st.booleans())
+def test_durations_out_of_range_are_refused(value: int) -> None:
+    with pytest.raises(InvalidArgument):
+        check_duration(value, "grace")
+
+
+@given(st.integers(max_value=0) | st.booleans())
+def test_retain_versions_below_one_are_refused(value: int) -> None:
+    with pytest.raises(InvalidArgument):
+        check_retain_versions(value)
+
+
+def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtable: Table) -> None:
+    """4 writers append and compact (under intents) while vacuum runs with no grace at all."""
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            with TableWriter(vconfig, vtable.name, writer_id=f"w{n}") as writer:
+                k = 0
+                while not stop.is_set():
+                    k += 1
+                    with writer.intent("data/", ttl_s=30) as intent:
+                        live = sorted(s for s in writer.refresh().segments if s.startswith(f"w{n}-"))
+                        if len(live) >= 3 and k % 3 == 0:
+                            commit = writer.new_commit(
+                                Operation.COMPACT, drops=live[:2], adds=[_segment(vtable, f"w{n}-c{k}")]
+                            )
+                        else:
+                            commit = writer.new_commit(
+                                Operation.APPEND, adds=[_segment(vtable, f"w{n}-a{k}")]
+                            )
+                        try:
+                            intent.commit(commit)
+                        except CommitConflict:
+                            pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    horizons = []
+    deleted = 0
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            run = vacuum(vtable, retain_versions=5, grace_ms=0)
+            horizons.append(run.horizon)
+            deleted += run.deleted
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not errors, errors
+    assert len(horizons) >= 2
+    final = vacuum(vtable, retain_versions=5, grace_ms=0)
+    assert deleted + final.deleted > 0  # compactions' inputs were collected while writers ran
+    end = vtable.log_end()
+    for version in range(final.horizon, end + 1):
+        snap = vtable.snapshot(version=version)
+        missing = [p for p in snap.files() if not Path(p).exists()]
+        assert not missing, f"version {version} lost {missing}"
