@@ -9,7 +9,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.storage.redis.leases import LeaseStore
-from segcat.cli.render import console, fmt_ts
+from segcat.cli.render import console
 
 
 def fmt_duration(ms: int) -> str:
@@ -35,7 +35,10 @@ def fmt_duration(ms: int) -> str:
     "--json", "as_json", is_flag=True, help="One JSON object: the table, the oldest version, the leases."
 )
 def leases_cmd(name: str, as_json: bool) -> None:
-    """Live version leases on table NAME: id, version, holder, time left (Redis' clock)."""
+    """Live version leases on table NAME: id, version, holder, time left (Redis' clock).
+
+    With --json: also when each lease was taken and its TTL.
+    """
     parsed = table_name(name)
     store = LeaseStore.from_config(Config.load())
     try:
@@ -57,14 +60,15 @@ def leases_cmd(name: str, as_json: bool) -> None:
         console.print(f"no live leases on [bold]{parsed.qualified}[/]")
         return
     view = RichTable(title=f"leases on {parsed.qualified}")
-    for column in ("lease id", "version", "holder", "acquired", "expires in"):
-        view.add_column(column)
+    view.add_column("lease id", no_wrap=True, min_width=36)  # whole: it is what one copies
+    view.add_column("version", no_wrap=True, justify="right")
+    view.add_column("holder", overflow="fold")
+    view.add_column("expires in", no_wrap=True)
     for lease in leases:
         view.add_row(
             lease.lease_id,
             str(lease.version),
             lease.holder,
-            fmt_ts(lease.acquired_ms),
             fmt_duration(lease.expires_in_ms),
             style="dim" if lease.expires_in_ms < 5_000 else None,
         )

@@ -18,6 +18,7 @@ _STYLE = {
     Outcome.INVALID: "magenta",
     Outcome.DUPLICATE: "yellow",
     Outcome.PRUNED: "dim",
+    Outcome.NOTED: "cyan",
 }
 
 

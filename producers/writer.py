@@ -328,7 +328,7 @@ class TableWriter:
         return result[0]
 
     def _outcome(self, verdict: Verdict) -> int:
-        if verdict.outcome is Outcome.ACCEPTED:
+        if verdict.outcome in (Outcome.ACCEPTED, Outcome.NOTED):
             return verdict.offset
         if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
             return verdict.original_version

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -216,10 +217,8 @@ def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtab
                             commit = writer.new_commit(
                                 Operation.APPEND, adds=[_segment(vtable, f"w{n}-a{k}")]
                             )
-                        try:
+                        with contextlib.suppress(CommitConflict):
                             intent.commit(commit)
-                        except CommitConflict:
-                            pass
         except BaseException as exc:
             errors.append(exc)
 

@@ -58,7 +58,7 @@ class Follower:
         self._files = files
         """With object storage, the records the commit archives hold are read there, never from
         Kafka: a pruned log no longer has them (docs/PROTOCOL.md §3c)."""
-        self._archives_checked = files is None
+        self._archived: int | None = None
         self._reader.seek(self.state.version + 1)
         self._position = self.state.version + 1
 
@@ -76,7 +76,6 @@ class Follower:
         reading the archived records after it from object storage and Kafka only after them."""
         follower = cls._from_keyframe(config, name, files, at_most=at_most, full=full)
         follower._files = files
-        follower._archives_checked = files is None
         return follower
 
     @classmethod
@@ -131,15 +130,17 @@ class Follower:
 
         With ``exact`` the image stops at ``upto`` even when a fetch brought records after
         it (a reader asked for a version); otherwise it applies whatever the fetch brought.
+        Records the commit archives hold are taken from there, Kafka only after them.
         """
         target = self.log_end() if upto is None else upto
-        if not self._archives_checked:
-            self._replay_archives(target, listener)
         deadline = time.monotonic() + self._timeout
         while self._position <= target:
+            if self._from_archives(target, listener):
+                continue
             batch = self._reader.poll_batch(0.2)
             if batch:
-                self._check_contiguous(batch)
+                if not self._contiguous(batch, listener):
+                    continue  # the archives filled a hole; read Kafka again after them
                 replay(batch, self.state, upto=target if exact else None, listener=listener)
                 self._position = self.state.version + 1
                 if exact and batch[-1].offset > target:
@@ -154,50 +155,65 @@ class Follower:
                 self._position = max(self._position, self._reader.position())
         return self.state
 
-    def _replay_archives(self, target: int, listener: Listener | None) -> None:
-        """Apply the archived records after the image (up to ``target``), then read Kafka after them."""
-        self._archives_checked = True
+    def poll(self, timeout_s: float, listener: Listener | None = None) -> TableState:
+        """Apply whatever arrives within ``timeout_s`` (the next records after the image)."""
+        if self._from_archives(None, listener):
+            return self.state
+        batch = self._reader.poll_batch(timeout_s)
+        if batch and self._contiguous(batch, listener):
+            replay(batch, self.state, listener=listener)
+            self._position = self.state.version + 1
+        return self.state
+
+    def _archive_end(self, refresh: bool) -> int:
+        """The last offset the archives cover without a gap (cached; -1 without object storage)."""
+        if self._files is None:
+            return -1
+        if self._archived is None or refresh:
+            try:
+                self._archived = self._files.archived_upto()
+            except (ArchiveGap, CorruptArchive, OSError) as exc:
+                log.warning(
+                    "commit archives unreadable; reading the log from Kafka",
+                    extra={"table": self.state.table, "error": str(exc)},
+                )
+                self._archived = -1
+        return self._archived
+
+    def _from_archives(self, target: int | None, listener: Listener | None, *, refresh: bool = False) -> bool:
+        """Apply the archived records after the image, up to ``target`` (None: all); whether any were."""
+        end = self._archive_end(refresh)
+        if self._position > end:
+            return False
+        upto = end if target is None else min(target, end)
         assert self._files is not None
-        start = self.state.version
         try:
-            records = list(self._files.records_between(start, target))
-        except ArchiveGap as exc:
-            if exc.covered_upto <= start:
-                return  # nothing archived after the image: Kafka has it (or says it is gone)
-            records = list(self._files.records_between(start, exc.covered_upto))
-        except (CorruptArchive, OSError) as exc:
+            records = list(self._files.records_between(self.state.version, upto))
+        except (ArchiveGap, CorruptArchive, OSError) as exc:
             log.warning(
                 "commit archives unreadable; reading the log from Kafka",
                 extra={"table": self.state.table, "error": str(exc)},
             )
-            return
-        if not records:
-            return
-        replay(records, self.state, upto=target, listener=listener)
-        covered = max(self.state.version, min(records[-1].offset, target))
-        self.state.version = covered
-        self._position = covered + 1
+            self._archived = -1
+            return False
+        replay(records, self.state, upto=upto, listener=listener)
+        self.state.version = max(self.state.version, upto)  # the archives cover every offset up to it
+        self._position = self.state.version + 1
         self._reader.seek(self._position)
+        return True
 
-    def _check_contiguous(self, batch: list[LogRecord]) -> None:
-        """Refuse to judge past a hole: records missing from Kafka (pruned or compacted away)
-        would make the image silently wrong; object storage must supply them."""
+    def _contiguous(self, batch: list[LogRecord], listener: Listener | None) -> bool:
+        """Never judge past a hole: records missing from Kafka (pruned or compacted away) would
+        make the image silently wrong. Newer archives may hold them (False: they were applied,
+        poll again); otherwise ``LogPruned``."""
         expected = self._position
         for record in batch:
             if record.offset > expected and record.offset > self.state.version + 1:
+                if self._from_archives(record.offset - 1, listener, refresh=True):
+                    return False
                 raise LogPruned(
                     f"{self._name}: the log no longer holds offsets {expected}..{record.offset - 1} "
-                    "(pruned or compacted); they are only on object storage, which did not answer"
+                    "(pruned or compacted) and the commit archives on object storage do not cover them"
                 )
             expected = record.offset + 1
-
-    def poll(self, timeout_s: float, listener: Listener | None = None) -> TableState:
-        """Apply whatever arrives within ``timeout_s`` (the next records after the image)."""
-        if not self._archives_checked:
-            self._replay_archives(self.log_end(), listener)
-        batch = self._reader.poll_batch(timeout_s)
-        if batch:
-            self._check_contiguous(batch)
-            replay(batch, self.state, listener=listener)
-            self._position = self.state.version + 1
-        return self.state
+        return True

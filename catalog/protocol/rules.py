@@ -18,7 +18,7 @@ import datetime as dt
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from segcat.catalog.errors import DecodeError, InvalidPredicate
@@ -50,6 +50,8 @@ class Outcome(StrEnum):
     INVALID = "INVALID"
     PRUNED = "PRUNED"
     """A null-value record: a pruning tombstone for an old commit key (docs/PROTOCOL.md §2)."""
+    NOTED = "NOTED"
+    """A valid ``INTENT`` commit: the image records the write intent; it is not a version (§3c)."""
 
 
 class Rule(StrEnum):
@@ -631,6 +633,9 @@ def apply_commit(
         raise ValueError(f"offset {offset} is not after the state's version {state.version}")
     verdict = judge(state, offset, commit)
     state.version = offset
+    if verdict.outcome is Outcome.ACCEPTED and commit.operation is Operation.INTENT:
+        state.note_intent(commit, offset, timestamp_ms)
+        return replace(verdict, outcome=Outcome.NOTED), None
     if verdict.outcome is Outcome.ACCEPTED:
         return verdict, state.apply(CommitDelta(offset, timestamp_ms, commit))
     _count(state, verdict.outcome)

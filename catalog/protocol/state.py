@@ -19,7 +19,7 @@ from typing import Any
 
 from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.delta import CommitDelta, apply_properties
-from segcat.catalog.protocol.model import ColumnType, Operation, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.model import ColumnType, Commit, Protocol, Segment, Tombstone
 
 DEDUP_WINDOW = 20_000
 """How many recent ACCEPTED commit ids are remembered for DUPLICATE detection (rule 1)."""
@@ -184,21 +184,26 @@ class TableState:
             live_count=len(self.segments),
         )
 
-    def _apply_lifecycle(self, delta: CommitDelta) -> None:
-        """Intents opened, renewed or closed; the drop's version (the rules admitted only legal ones)."""
-        commit = delta.commit
+    def note_intent(self, commit: Commit, offset: int, timestamp_ms: int) -> None:
+        """An ``INTENT`` record the rules found valid: open, renew or close the intent.
+
+        Not a version (its outcome is NOTED): nothing a reader lists changes, and the rules
+        never look at intents, so images rebuilt from accepted deltas alone judge the same."""
         intent = commit.intent
-        if intent is not None:
-            if commit.operation is Operation.INTENT and intent.ttl_ms > 0:
-                self.intents[intent.intent_id] = OpenIntent(
-                    intent.intent_id,
-                    commit.writer_id,
-                    intent.prefix,
-                    delta.timestamp_ms + intent.ttl_ms,
-                    delta.version,
-                )
-            else:
-                self.intents.pop(intent.intent_id, None)
+        assert intent is not None
+        if intent.ttl_ms > 0:
+            self.intents[intent.intent_id] = OpenIntent(
+                intent.intent_id, commit.writer_id, intent.prefix, timestamp_ms + intent.ttl_ms, offset
+            )
+        else:
+            self.intents.pop(intent.intent_id, None)
+        self.version = max(self.version, offset)
+
+    def _apply_lifecycle(self, delta: CommitDelta) -> None:
+        """A data commit closes its intent; the drop's version (the rules admitted only legal ones)."""
+        commit = delta.commit
+        if commit.intent is not None:
+            self.intents.pop(commit.intent.intent_id, None)
         if lifecycle.DROPPED_PROPERTY in commit.table_properties and lifecycle.has_feature(self.protocol):
             dropping = commit.table_properties[lifecycle.DROPPED_PROPERTY] is not None
             self.dropped_version = delta.version if dropping else -1

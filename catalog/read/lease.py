@@ -74,7 +74,7 @@ class HeldLease:
         check_ttl(ttl_s)
         self.holder = None if holder is None else check_holder(holder)
         self._store = store
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a finalizer may release from inside release (GC)
         self._lease: Lease | None = None
         self._active = False
         self._stop = threading.Event()

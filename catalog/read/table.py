@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
+    ArchiveGap,
+    CorruptArchive,
     InvalidArgument,
     InvalidCommit,
     LogPruned,
@@ -187,6 +189,7 @@ class Table:
                     )
                 return Resolved(end if version is None else version, end)
             first_after = reader.offset_for_time(as_of_ms + 1)
+        first_after = self._archived_time_lookup(as_of_ms, first_after)
         if first_after is None:
             note = (
                 f"as_of {_format_ms(as_of_ms)} is after the table's last record: "
@@ -194,6 +197,19 @@ class Table:
             )
             return Resolved(end, end, note)
         return Resolved(first_after - 1, end)
+
+    def _archived_time_lookup(self, as_of_ms: int, first_after: int | None) -> int | None:
+        """Kafka's time index misses the records pruning removed: when its answer falls inside
+        what the archives cover, the archives (which keep every record's broker time) decide."""
+        if self.files is None or first_after is None:
+            return first_after
+        try:
+            if first_after > self.files.archived_upto() + 1:
+                return first_after  # the records before it are still in Kafka
+            archived = self.files.first_after_time(as_of_ms, first_after)
+        except (OSError, ArchiveGap, CorruptArchive):
+            return first_after
+        return first_after if archived is None else archived
 
     def state(
         self, version: int | None = None, as_of_ms: int | None = None, *, listener: Listener | None = None

@@ -329,6 +329,28 @@ class TableFiles:
             return plan[-1].to_version if plan else start
         return -1
 
+    def first_after_time(self, timestamp_ms: int, before: int) -> int | None:
+        """The first archived offset below ``before`` whose broker time is > ``timestamp_ms``;
+        ``before`` when no archived record is later; None when the archives hold nothing below it.
+
+        For time lookups on a pruned log: Kafka's time index no longer sees the pruned records.
+        Archives are read newest first, stopping at one that starts at or before the time.
+        """
+        refs = [r for r in self.archives() if r.from_version < before]
+        if not refs:
+            return None
+        found = before
+        for ref in reversed(refs):
+            records = [r for r in self.read_archive(ref).log_records() if r.offset < before]
+            later = [r.offset for r in records if r.timestamp_ms > timestamp_ms]
+            if later:
+                found = min(found, min(later))
+            if records and records[0].timestamp_ms <= timestamp_ms:
+                break
+            if not records and ref.from_version == 0:
+                break
+        return found
+
     def oldest_readable(self) -> int | None:
         """The oldest version object storage alone can rebuild (None: it holds no history)."""
         refs = self.archives()
