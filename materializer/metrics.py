@@ -79,3 +79,40 @@ KAFKA_ERRORS = Counter(
     ["error"],
     registry=REGISTRY,
 )
+LOG_START = Gauge(
+    "segcat_table_log_start_version",
+    "The first version still in Kafka (segcat.log.start; 0 until the log is pruned)",
+    ["table"],
+    registry=REGISTRY,
+)
+INTENTS_OPEN = Gauge(
+    "segcat_table_intents_open",
+    "Write intents open at the head (expired ones included)",
+    ["table"],
+    registry=REGISTRY,
+)
+LEASES = Gauge("segcat_table_leases", "Live version leases in Redis", ["table"], registry=REGISTRY)
+PRUNED_RECORDS = Counter(
+    "segcat_table_pruned_records_total",
+    "Null records written by log pruning (each lets the cleaner remove a commit key)",
+    ["table"],
+    registry=REGISTRY,
+)
+FILES_DELETED = Counter(
+    "segcat_table_files_deleted_total",
+    "Files deleted by vacuum or purge, by reason (dropped, orphan, history, purge)",
+    ["table", "reason"],
+    registry=REGISTRY,
+)
+BYTES_DELETED = Counter(
+    "segcat_table_bytes_deleted_total",
+    "Bytes deleted by vacuum, by reason",
+    ["table", "reason"],
+    registry=REGISTRY,
+)
+MAINTENANCE_FAILURES = Counter(
+    "segcat_table_maintenance_failures_total",
+    "Prune / vacuum / purge rounds that failed (retried next round)",
+    ["table"],
+    registry=REGISTRY,
+)

@@ -39,7 +39,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.materializer import endpoints, metrics
+from segcat.materializer import endpoints, maintenance, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from segcat.materializer.table_materializer import TableMaterializer
 
@@ -144,8 +144,12 @@ class Materializer:
         pattern: str = TOPIC_PATTERN,
         instance_id: str | None = None,
         session_timeout_ms: int | None = None,
+        maintenance_interval_s: float = maintenance.INTERVAL_S,
     ) -> None:
         self.config = config
+        self.maintenance = maintenance.Maintenance(
+            config, self._table_facts, interval_s=maintenance_interval_s
+        )
         self.group_id = group_id
         self.pattern = pattern
         self.instance_id = check_instance_id(default_instance_id() if instance_id is None else instance_id)
@@ -421,8 +425,10 @@ class Materializer:
             except KafkaException as exc:
                 raise ConfigError(f"Kafka consumer settings refused: {exc}") from None
             self._consumer = consumer
+            self.maintenance.start()
             self._serve(consumer, conf, ready)
         finally:
+            self.maintenance.close()
             self._consumer = None
             if served is not None:
                 served.close()
@@ -460,6 +466,25 @@ class Materializer:
                 consumer.close()
             except (KafkaException, RuntimeError) as exc:
                 log.warning("consumer close failed", extra={"error": str(exc)})
+
+    def _table_facts(self) -> list[maintenance.TableFacts]:
+        """What the upkeep thread needs of each table owned now (copies; never the live image)."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            owned = [(topic, table) for topic, table in self.tables.items() if topic not in self.parked]
+        facts = []
+        for _, table in owned:
+            state = table.state
+            facts.append(
+                maintenance.TableFacts(
+                    table.name.qualified,
+                    dict(state.properties),
+                    state.dropped,
+                    state.log_start,
+                    len(state.live_intents(now_ms)),
+                )
+            )
+        return facts
 
     def _poll(self, consumer: Consumer) -> None:
         first = consumer.poll(0.2)

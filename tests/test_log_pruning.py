@@ -209,3 +209,36 @@ def test_drop_and_undrop(pconfig: Config) -> None:
     assert table.snapshot(version=version - 1).version == version - 1
     table.undrop()
     assert set(table.snapshot().segment_ids()) == {"a"}
+
+
+def test_the_materializer_prunes_and_purges_by_table_properties(pconfig: Config) -> None:
+    from segcat.materializer import metrics
+    from segcat.materializer.maintenance import Maintenance, TableFacts
+
+    ns, pattern = namespace()
+    name = f"{ns}.upkeep"
+    catalog = Catalog(pconfig)
+    table = catalog.create_table(name)
+    write_load(pconfig, name, 12, seed=5)
+    with TableWriter(pconfig, name) as writer:
+        writer.set_properties({"segcat.log.retain.versions": "3"})
+
+    def facts() -> list[TableFacts]:
+        head = table.snapshot(include_dropped=True)
+        return [TableFacts(name, head.properties, head.dropped, head.log_start, 0)]
+
+    with running_materializer(pconfig, pattern):
+        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        upkeep = Maintenance(pconfig, facts)
+        upkeep.run_once()
+        assert table.log_start() > 0
+        upkeep.run_once()
+        assert metrics.LOG_START.labels(name)._value.get() == table.log_start()
+        with TableWriter(pconfig, name) as writer:
+            writer.set_properties({"segcat.dropped.retain.ms": "0"})
+        table.drop()
+        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        upkeep.run_once()
+    assert name not in {str(t) for t in catalog.list_tables()}
+    files = table.files
+    assert files is not None and files.keyframe_versions() == []

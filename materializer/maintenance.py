@@ -1,0 +1,162 @@
+"""Table upkeep off the hot path: prune, vacuum and purge by table properties, lifecycle gauges.
+
+A daemon thread looks at the tables this instance materializes once a minute; it never
+blocks the record loop (it has its own Kafka, Redis and storage clients). What it does is
+decided by table properties (docs/LIFECYCLE.md), so the same rules hold whichever instance
+owns a table:
+
+- ``segcat.log.retain.versions`` / ``segcat.log.retain.ms``: prune the Kafka log (at most
+  every ``segcat.log.prune.every.ms``, default 10 minutes);
+- ``segcat.vacuum.every.ms``: run vacuum that often (its own retention and grace properties);
+- a dropped table is purged ``segcat.dropped.retain.ms`` (default 7 days) after its drop.
+
+One table's failure is logged and counted; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import SegcatError, ServiceUnavailable
+from segcat.catalog.protocol import lifecycle
+from segcat.catalog.read.purge import purge
+from segcat.catalog.read.table import Catalog
+from segcat.catalog.read.vacuum import vacuum
+from segcat.catalog.storage.redis.leases import LeaseStore
+from segcat.materializer import metrics
+
+log = logging.getLogger("segcat.materializer.maintenance")
+
+INTERVAL_S = 60.0
+LOG_RETAIN_VERSIONS = "segcat.log.retain.versions"
+LOG_RETAIN_MS = "segcat.log.retain.ms"
+PRUNE_EVERY_MS = "segcat.log.prune.every.ms"
+VACUUM_EVERY_MS = "segcat.vacuum.every.ms"
+DROPPED_RETAIN_MS = "segcat.dropped.retain.ms"
+DEFAULT_PRUNE_EVERY_MS = 10 * 60 * 1000
+DEFAULT_DROPPED_RETAIN_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What upkeep needs of one table, copied from the materializer's image."""
+
+    name: str
+    properties: dict[str, str]
+    dropped: bool
+    log_start: int
+    open_intents: int
+
+
+def _int(properties: dict[str, str], key: str, default: int | None = None) -> int | None:
+    raw = properties.get(key)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        log.warning("table property is not an integer", extra={"property": key, "value": raw[:40]})
+        return None
+
+
+class Maintenance:
+    """The upkeep thread; ``facts`` returns the tables this instance owns right now."""
+
+    def __init__(
+        self, config: Config, facts: Callable[[], list[TableFacts]], *, interval_s: float = INTERVAL_S
+    ) -> None:
+        self.config = config
+        self.facts = facts
+        self.interval_s = interval_s
+        self.stop = threading.Event()
+        self._catalog: Catalog | None = None
+        self._last_prune: dict[str, float] = {}
+        self._last_vacuum: dict[str, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="segcat-maintenance", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            self.run_once()
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.config)
+        return self._catalog
+
+    def run_once(self, now_ms: int | None = None) -> None:
+        """One round over every owned table (also called directly by tests)."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        try:
+            tables = self.facts()
+        except RuntimeError:  # the image changed while it was copied: next round
+            return
+        for facts in tables:
+            try:
+                self._upkeep(facts, now)
+            except (SegcatError, OSError) as exc:
+                metrics.MAINTENANCE_FAILURES.labels(facts.name).inc()
+                log.warning("table upkeep failed", extra={"table": facts.name, "error": str(exc)})
+
+    def _upkeep(self, facts: TableFacts, now: int) -> None:
+        metrics.LOG_START.labels(facts.name).set(facts.log_start)
+        metrics.INTENTS_OPEN.labels(facts.name).set(facts.open_intents)
+        if self.catalog.redis is not None:
+            try:
+                leases = LeaseStore.from_store(self.catalog.redis).live(facts.name)
+                metrics.LEASES.labels(facts.name).set(len(leases))
+            except ServiceUnavailable:
+                pass
+        props = facts.properties
+        if facts.dropped:
+            dropped_ms = _int(props, lifecycle.DROPPED_PROPERTY, None)
+            keep = _int(props, DROPPED_RETAIN_MS, DEFAULT_DROPPED_RETAIN_MS)
+            if dropped_ms is not None and keep is not None and now - dropped_ms >= keep:
+                purged = purge(self.catalog, self.catalog.table(facts.name))
+                deleted = purged.data_files + purged.catalog_objects
+                metrics.FILES_DELETED.labels(facts.name, "purge").inc(deleted)
+                log.info("dropped table purged", extra={"table": facts.name, "files": deleted})
+            return
+        retain_versions = _int(props, LOG_RETAIN_VERSIONS)
+        retain_ms = _int(props, LOG_RETAIN_MS)
+        every = _int(props, PRUNE_EVERY_MS, DEFAULT_PRUNE_EVERY_MS) or DEFAULT_PRUNE_EVERY_MS
+        if (retain_versions is not None or retain_ms is not None) and self._due(
+            self._last_prune, facts.name, every
+        ):
+            result = self.catalog.table(facts.name).prune_log(
+                retain_versions=retain_versions, retain_age_ms=retain_ms
+            )
+            if result.marker_version is not None:
+                metrics.PRUNED_RECORDS.labels(facts.name).inc(len(result.plan.nulls))
+                log.info(
+                    "log pruned",
+                    extra={"table": facts.name, "log_start": result.plan.prune_point + 1},
+                )
+        vacuum_every = _int(props, VACUUM_EVERY_MS)
+        if vacuum_every is not None and self._due(self._last_vacuum, facts.name, vacuum_every):
+            report = vacuum(self.catalog.table(facts.name))
+            for reason, counts in report.by_reason().items():
+                metrics.FILES_DELETED.labels(facts.name, reason).inc(counts["files"])
+                metrics.BYTES_DELETED.labels(facts.name, reason).inc(counts["bytes"])
+
+    @staticmethod
+    def _due(last: dict[str, float], name: str, every_ms: int) -> bool:
+        now = time.monotonic()
+        if now - last.get(name, float("-inf")) < every_ms / 1000:
+            return False
+        last[name] = now
+        return True
