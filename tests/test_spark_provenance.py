@@ -165,3 +165,48 @@ def test_losing_compaction_files_name_the_rejected_commit(
         found = read_provenance(str(Path(table.root) / segment.path))
         assert found is not None and found["commit_id"] == rejected.commit_id
         assert found["writer_id"] == rejected.writer_id != accepted.writer_id
+
+
+def test_a_killed_spark_job_s_files_survive_vacuum_while_its_intent_lives(
+    config: Config, table: Table, tmp_path: Path
+) -> None:
+    """The job writes its files under a write intent, then dies before its commit (kill -9)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from segcat.catalog.read.vacuum import vacuum
+
+    script = f"""
+import os, sys
+import segcat.spark_integration as si
+import segcat.spark_integration.writer as spark_writer
+from segcat.catalog.config import Config
+from segcat.spark_integration.session import local_session
+spark_writer.INTENT_TTL_S = 6.0
+spark = local_session("killed-job", "local[1]", shuffle_partitions=1)
+frame = spark.createDataFrame([(i, "x") for i in range(20)], "id long, v string")
+staged = spark_writer.stage_write(frame, {table.name.qualified!r}, partition_by="v", config=Config.load())
+print("STAGED", len(staged.adds), flush=True)
+os._exit(9)
+"""
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
+        "SEGCAT_REDIS_URL": config.redis_url or "",
+        "SEGCAT_WAREHOUSE": config.warehouse,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "STAGED 1" in done.stdout, done.stdout + done.stderr[-3000:]
+    killed_at = time.monotonic()
+    written = sorted((Path(table.location()) / "data").rglob("*.parquet"))
+    assert len(written) == 1 and table.snapshot().live_count == 0  # written, never committed
+    report = vacuum(table, grace_ms=0)
+    assert written[0].exists() and report.kept_by_intent == 1 and report.open_intents == 1
+    time.sleep(max(0.0, 6.5 - (time.monotonic() - killed_at)))  # the intent expires unrenewed
+    report = vacuum(table, grace_ms=0)
+    assert not written[0].exists() and [f.reason for f in report.files] == ["orphan"]
