@@ -297,7 +297,9 @@ def test_v2_absolute_paths_under_the_root_or_an_allowed_location_are_accepted() 
     outside = append(seg("c", path="s3://shared/lake/c.parquet"), base=log.head)
     assert log.send(outside).outcome is Outcome.INVALID
     allow = commit(
-        Operation.SET_PROPERTIES, log.head, table_properties={ALLOWED_LOCATIONS_PROPERTY: '["s3://shared/lake"]'}
+        Operation.SET_PROPERTIES,
+        log.head,
+        table_properties={ALLOWED_LOCATIONS_PROPERTY: '["s3://shared/lake"]'},
     )
     log.accept(allow)
     log.accept(with_base(replace(outside, commit_id=commit(Operation.APPEND).commit_id), log.head))

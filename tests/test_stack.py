@@ -128,9 +128,7 @@ def test_broker_refuses_topic_auto_creation(main_stack: stack.StackInfo) -> None
     assert topic not in admin.list_topics(timeout=10).topics
 
 
-def test_up_twice_reuses_the_same_processes(
-    main_config: StackSettings, main_stack: stack.StackInfo
-) -> None:
+def test_up_twice_reuses_the_same_processes(main_config: StackSettings, main_stack: stack.StackInfo) -> None:
     again = stack.up(main_config)
     assert again.started == []
     assert (again.kafka_pid, again.redis_pid) == (main_stack.kafka_pid, main_stack.redis_pid)

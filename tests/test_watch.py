@@ -27,7 +27,6 @@ from tests.materializer_support import (
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 
-
 @pytest.fixture
 def mconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
     return materializer_config(config, private_redis.url, tmp_path / "warehouse", every=5)
