@@ -8,17 +8,24 @@
   version with soft deletes applied.
 - ``format("segcat")``: the Python data source (``segcat.spark_integration.datasource``), registered
   by ``register(spark)`` or ``local_session()``.
+- ``find_orphans_spark(spark, root, referenced, protected_prefixes, older_than_ms)`` /
+  ``delete_files_spark(spark, root, paths)``: vacuum's orphan listing and deletion on the
+  executors, for tables of millions of files; ``vacuum(spark, table, …)`` is the whole
+  vacuum (docs/LIFECYCLE.md) with those two doing the listing and the deleting.
 """
 
 from segcat.spark_integration.options import config_from_options, source_options
 from segcat.spark_integration.reader import read, read_snapshot
 from segcat.spark_integration.session import local_session, register
+from segcat.spark_integration.vacuum import delete_files_spark, find_orphans_spark, vacuum
 from segcat.spark_integration.writer import StagedWrite, compact, stage_compaction, stage_write, write
 
 __all__ = [
     "StagedWrite",
     "compact",
     "config_from_options",
+    "delete_files_spark",
+    "find_orphans_spark",
     "local_session",
     "read",
     "read_snapshot",
@@ -26,5 +33,6 @@ __all__ = [
     "source_options",
     "stage_compaction",
     "stage_write",
+    "vacuum",
     "write",
 ]

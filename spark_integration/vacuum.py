@@ -32,8 +32,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StringType
 
+from segcat.catalog.config import Config
 from segcat.catalog.protocol.locations import is_absolute_uri, location_problem, relative_problem, relative_to
+from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.vacuum import Doomed, VacuumReport, execute
+from segcat.catalog.read.vacuum import vacuum as core_vacuum
 from segcat.spark_integration.files import filesystem
+from segcat.spark_integration.reader import TableRef, table_ref
 
 LISTING_SCHEMA = "path string, size long, mtime_ms long"
 """What ``find_orphans_spark`` returns: one row per orphan, its path relative to the root."""
@@ -425,3 +430,63 @@ def delete_files_spark(
     if row is None:
         return 0, 0
     return int(row["files"] or 0), int(row["bytes"] or 0)
+
+
+# ---------------------------------------------------------------------------- the whole vacuum
+
+
+def vacuum(
+    spark: SparkSession,
+    table: TableRef,
+    *,
+    retain_versions: int | None = None,
+    grace_ms: int | None = None,
+    dry_run: bool = False,
+    ignore_leases: bool = False,
+    config: Config | None = None,
+    shards: int | None = None,
+) -> VacuumReport:
+    """``segcat vacuum`` for tables of millions of files: the orphans are listed and deleted
+    on the executors; dropped files and old history come from the log as in-process.
+
+    The driver plans first (horizon, leases, intents, the files every replayed version
+    references, dropped files past the grace period) exactly as ``catalog.read.vacuum``
+    does; a file written after the vacuum started is younger than the cut-off, so listing
+    after the plan is as safe as listing before it. ``dry_run`` collects every orphan's path
+    to the driver (for the report); otherwise only their count and bytes come back.
+    """
+    handle = table if isinstance(table, Table) else Catalog(config or Config.load()).table(table_ref(table))
+    report = core_vacuum(
+        handle,
+        retain_versions=retain_versions,
+        grace_ms=grace_ms,
+        dry_run=True,
+        ignore_leases=ignore_leases,
+        orphans=False,
+    )
+    cfg = handle.config
+    orphans = find_orphans_spark(
+        spark,
+        report.root,
+        sorted(report.referenced),
+        [p for p in report.protected_prefixes if p.startswith("data/")],
+        report.cutoff_ms,
+        s3_endpoint=cfg.s3_endpoint,
+        s3_region=cfg.s3_region,
+        shards=shards,
+    )
+    if any(not p.startswith("data/") for p in report.protected_prefixes):
+        return report  # an intent covers more than data/: nothing there is an orphan now
+    if dry_run:
+        base = report.root.rstrip("/")
+        report.files.extend(
+            Doomed(f"{base}/{row['path']}", int(row["size"]), "orphan") for row in orphans.collect()
+        )
+        return report
+    execute(handle, report)
+    files, size = delete_files_spark(
+        spark, report.root, orphans, s3_endpoint=cfg.s3_endpoint, s3_region=cfg.s3_region, shards=shards
+    )
+    report.deleted += files
+    report.deleted_bytes += size
+    return report

@@ -12,6 +12,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat.catalog.config import Config
+from segcat.catalog.read.table import Table
 from segcat.catalog.storage.objectstore import TEMP_MARKER
 from tests.spark_support import spark
 
@@ -205,3 +207,30 @@ def test_find_refuses_protected_prefixes_outside_data(spark: SparkSession, tmp_p
     found = si.find_orphans_spark(spark, str(root), [], [f"file://{root}/data/"], 10)
     assert found.count() == 0
     assert si.find_orphans_spark(spark, str(root), [], [], 10).count() == 1
+
+
+def test_si_vacuum_deletes_dropped_files_and_orphans_with_spark(
+    spark: SparkSession, config: Config, table: Table
+) -> None:
+    from segcat.catalog.read.vacuum import vacuum as core_vacuum
+
+    for k in range(3):
+        si.write(spark.createDataFrame([(k, "x")], "id long, v string"), table, config=config)
+    si.compact(spark, table, config=config)
+    root = Path(table.location())
+    orphan = root / "data" / "lost" / "part-orphan.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"x" * 7)
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    live = {Path(p) for p in table.snapshot().files()}
+    dry = si.vacuum(spark, table, retain_versions=1, grace_ms=0, dry_run=True, config=config)
+    reasons = sorted(f.reason for f in dry.files)
+    assert reasons == ["dropped", "dropped", "dropped", "orphan"], dry.files
+    assert orphan.exists()
+    in_process = core_vacuum(table, retain_versions=1, grace_ms=0, dry_run=True)
+    assert sorted(f.path for f in in_process.files) == sorted(f.path for f in dry.files)
+    report = si.vacuum(spark, table, retain_versions=1, grace_ms=0, config=config)
+    assert report.deleted == 4 and not orphan.exists()
+    assert {p for p in root.rglob("*.parquet")} == live
+    assert sorted(r.id for r in si.read(spark, table, config=config).collect()) == [0, 1, 2]

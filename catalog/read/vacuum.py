@@ -88,6 +88,14 @@ class VacuumReport:
     open_intents: int = 0
     dropped_done_upto: int = -1
     """Every file dropped at or before this version is deleted (the next run starts after it)."""
+    root: str = ""
+    """The table's root (where ``data/`` lives)."""
+    referenced: set[str] = field(default_factory=set)
+    """Canonical keys of every file the replayed versions reference (never an orphan)."""
+    protected_prefixes: list[str] = field(default_factory=list)
+    """Prefixes of the live write intents, relative to the root where they lie under it."""
+    cutoff_ms: int = 0
+    """Files last modified after this time are too young to be orphans (now − grace)."""
 
     def by_reason(self) -> dict[str, dict[str, int]]:
         summary: dict[str, dict[str, int]] = {}
@@ -212,12 +220,21 @@ def vacuum(
     root = probe.root
     allowed = head.allowed_locations
     intent_prefixes = [_absolute(root, i.prefix) for i in intents]
+    report.root = root
+    report.cutoff_ms = cutoff
+    report.protected_prefixes = [
+        i.prefix
+        if not locations.is_absolute_uri(i.prefix)
+        else (locations.relative_to(i.prefix, root) or i.prefix)
+        for i in intents
+    ]
 
     def protected(full: str) -> bool:
         return any(full.startswith(prefix) for prefix in intent_prefixes)
 
     needed = history.needed_keys
     seen = history.known_keys
+    report.referenced = seen
     done_upto = _previous_run(table).get("dropped_done_upto", -1)
     kept_drops: list[int] = []
     for segment_path, size, dropped_at, dropped_ms in history.dropped:
@@ -253,10 +270,18 @@ def vacuum(
     _dedupe(report)
     report.dropped_done_upto = min([horizon, *(d - 1 for d in kept_drops)])
     if not dry_run:
-        _delete(report, data_store, table, progress)
-        if table.files is not None:
-            _record(table, report)
+        execute(table, report, progress)
     return report
+
+
+def execute(table: Table, report: VacuumReport, progress: Progress | None = None) -> None:
+    """Delete what a (dry-run) report lists, in batches, and record the run."""
+    config = table.config
+    store = ObjectStore.from_uri(report.root, s3_endpoint=config.s3_endpoint, s3_region=config.s3_region)
+    report.dry_run = False
+    _delete(report, store, table, progress)
+    if table.files is not None:
+        _record(table, report)
 
 
 def _absolute(root: str, path: str) -> str:
