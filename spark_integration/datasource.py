@@ -18,6 +18,15 @@ version) | ``latest`` (versions after the head at start) | N (versions ≥ N);
 ``maxVersionsPerTrigger`` = N (a read limit, honoured under ``Trigger.AvailableNow`` too);
 the ``segcat.*`` service options of ``spark_integration.source_options(config)``.
 
+While a micro-batch is processed the planner holds a version lease (``catalog.read.lease``) on
+its end version: taken when ``partitions`` plans the batch, released when the next batch is
+planned or the stream stops (so between batches the last version processed stays leased: a
+``foreachBatch`` sink that reads the data of the versions it is handed finds their files). Spark
+ends a stopped query's planner process with SIGTERM, without calling ``stop``: the planner
+therefore releases its leases on SIGTERM (when nothing else handles that signal there), then
+dies as it would have; a planner killed outright leaves its lease to expire after its TTL. If
+Redis cannot be reached the stream runs on without the lease (one warning).
+
 Batch (``spark.read.format("segcat")``): with ``versionAsOf`` or ``timestampAsOf`` (or
 ``view=segments``) it lists that snapshot's segments with their stats, one row each; without
 them it returns the same version rows as the stream (the table's history, optionally between
@@ -28,6 +37,10 @@ whether it is read as a batch or a stream, so the options, not the caller, choos
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
+import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +67,11 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.lease import HeldLease, try_hold
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis import RedisStore
+from segcat.catalog.storage.redis.leases import default_holder
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.spark_integration.options import config_from_options, lower_keys
 from segcat.spark_integration.reader import as_of_ms
@@ -277,11 +293,39 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: int | None = None
         """Trigger.AvailableNow: the last version to read (the head when the query started)."""
         self._follower: VersionFollower | None = None
+        self._redis: RedisStore | None = None
+        self._lease: HeldLease | None = None
+        """The lease on the end version of the batch planned last (planner process only)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_follower"] = None  # Kafka clients stay in the planner process
+        state["_redis"] = None  # and so do the Redis client
+        state["_lease"] = None  # and the lease with its renewing thread
         return state
+
+    def _hold(self, version: int) -> None:
+        """Lease ``version`` (the batch being planned), then let the previous batch's lease go."""
+        if self._lease is not None and self._lease.held and self._lease.version == version:
+            return
+        if self._redis is None:
+            self._redis = RedisStore.from_config(self._options.config())
+        previous = self._lease
+        self._lease = try_hold(
+            self._redis, self._options.name, version, holder=default_holder("spark-stream")
+        )
+        if previous is not None:
+            previous.release()
+        if self._lease is not None:
+            _release_on_sigterm(self)
+
+    def _let_go(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
 
     def _follow(self) -> VersionFollower:
         if self._follower is None:
@@ -316,6 +360,7 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if upto <= after:
             return []
         rows = self._follow().accepted_after(after, upto)
+        self._hold(upto)
         return [
             VersionRows(rows[i : i + ROWS_PER_PARTITION]) for i in range(0, len(rows), ROWS_PER_PARTITION)
         ]
@@ -329,9 +374,32 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._follower.forget(int(end["version"]))
 
     def stop(self) -> None:
+        self._let_go()
         if self._follower is not None:
             self._follower.close()
             self._follower = None
+
+
+_leasing_readers: weakref.WeakSet[VersionStreamReader] = weakref.WeakSet()
+
+
+def _release_on_sigterm(reader: VersionStreamReader) -> None:
+    """Let ``reader``'s lease go when the process gets SIGTERM (how Spark ends a query's planner).
+
+    Installed only from the main thread and only over the default action, which is then
+    restored and re-raised: the process ends exactly as it would have, its leases released.
+    """
+    _leasing_readers.add(reader)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    for reader in list(_leasing_readers):
+        reader._let_go()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class HistoryReader(DataSourceReader):

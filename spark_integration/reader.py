@@ -20,6 +20,7 @@ import datetime as dt
 import functools
 import json
 import operator
+import weakref
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,8 +36,10 @@ from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, Lite
 from segcat.catalog.protocol.model import ColumnType, Segment, Tombstone
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import parse_predicate
+from segcat.catalog.read.lease import HeldLease, try_hold
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.storage.redis.leases import MAX_VERSION, default_holder
 
 TableRef = str | TableName | Table
 AsOf = int | dt.datetime | str
@@ -92,9 +95,61 @@ def read(
     filters rows (both with Spark SQL's semantics, docs/PROTOCOL.md §4a); as a pyspark
     ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
     (Spark still skips row groups by their Parquet stats).
+
+    **Version lease.** The read holds a version lease (``catalog.read.lease``) so vacuum keeps
+    the version's files. A DataFrame is lazy: its files are read by whatever action runs on it
+    later, so the lease cannot end with this call. It is taken before the snapshot is read (for
+    the head or ``as_of``, right after the version is resolved: one watermark request, as
+    before), held while the driver plans, and then handed to the returned DataFrame: renewed
+    in the background for as long as that DataFrame object lives, released when it is garbage
+    collected (or the driver exits; a killed driver's lease expires after its TTL). Keep the
+    DataFrame ``read`` returned referenced until its actions are done — ``df = si.read(...)``
+    is enough; a DataFrame *derived* from it (``si.read(...).where(...)``) does not carry the
+    lease, so name the one ``read`` returned. :func:`lease_of` gives the lease (its ``lost``
+    flag, or ``release()`` to end it early). Without Redis the read works the same, unprotected
+    from vacuum, after one warning: reading never fails because of leases.
     """
-    snapshot = open_table(table, config).snapshot(version=version, as_of_ms=as_of_ms(as_of))
-    return read_snapshot(spark, snapshot, where=where, filter=filter)
+    opened = open_table(table, config)
+    at_ms = as_of_ms(as_of)
+    if version is None:  # the version to lease first; the snapshot then reads exactly that one
+        version, at_ms = opened.resolve_version(None, at_ms).bound, None
+    lease = (
+        try_hold(opened.redis, opened.name, version, holder=_holder("read")) if _leasable(version) else None
+    )
+    try:
+        snapshot = opened.snapshot(version=version, as_of_ms=at_ms)
+        frame = read_snapshot(spark, snapshot, where=where, filter=filter)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    if lease is not None:
+        keep_lease(frame, lease)
+    return frame
+
+
+_LEASE_ATTRIBUTE = "_segcat_lease"
+
+
+def keep_lease(frame: DataFrame, lease: HeldLease) -> None:
+    """Tie ``lease`` to ``frame``: held while the object lives, released when it is collected."""
+    vars(frame)[_LEASE_ATTRIBUTE] = lease
+    weakref.finalize(frame, lease.release)
+
+
+def lease_of(frame: DataFrame) -> HeldLease | None:
+    """The version lease a DataFrame returned by :func:`read` holds (None: no Redis, or not ``read``'s)."""
+    lease = vars(frame).get(_LEASE_ATTRIBUTE)
+    return lease if isinstance(lease, HeldLease) else None
+
+
+def _leasable(version: object) -> bool:
+    """A version a lease can name; anything else goes to ``snapshot`` untouched, to be refused there."""
+    return isinstance(version, int) and not isinstance(version, bool) and 0 <= version <= MAX_VERSION
+
+
+def _holder(kind: str) -> str:
+    return default_holder(f"spark-{kind}")
 
 
 def read_snapshot(

@@ -22,7 +22,6 @@ from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.lease import acquire_lease
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import check_duration, check_retain_versions, vacuum
 from segcat.producers import TableWriter
@@ -67,7 +66,8 @@ def test_dropped_files_go_after_grace_and_leases_keep_theirs(vconfig: Config, vt
     assert report.deleted == 0 and report.kept_by_grace >= 3
     catalog = Catalog(vconfig)
     assert catalog.redis is not None
-    with acquire_lease(catalog.redis, vtable.name, old, ttl_s=30):
+    with vtable.lease(old, ttl_s=30) as held:
+        assert held.held and held.version == old
         dry = vacuum(vtable, retain_versions=1, grace_ms=0, dry_run=True)
         assert dry.horizon == old and dry.leased_versions == (old,)
         assert {Path(f.path).name for f in dry.files} == {"a.parquet", "b.parquet"}

@@ -36,6 +36,8 @@ from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
 from segcat.catalog.read import log_pruning, lookup
+from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
+from segcat.catalog.read.lease import HeldLease, acquire_lease
 from segcat.catalog.read.log_pruning import PruneResult
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.watch import Watcher
@@ -479,6 +481,11 @@ class Table:
         if not head.dropped:
             raise InvalidArgument(f"table {self.name} is not dropped")
         return self._commit_table_properties({lifecycle.DROPPED_PROPERTY: None}, "undrop")
+
+    def lease(self, version: int, ttl_s: float = DEFAULT_LEASE_TTL_S, holder: str | None = None) -> HeldLease:
+        """A lease on ``version`` (``with table.lease(v): ...``): vacuum keeps every file it needs
+        while held; renewed every third of ``ttl_s``. Needs Redis (``ServiceUnavailable`` on enter)."""
+        return acquire_lease(self.redis, self.name, version, ttl_s=ttl_s, holder=holder)
 
     def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
         """Every accepted version after ``from_version`` (default: the current head), gap-free."""
