@@ -60,6 +60,8 @@ def describe(name: str) -> None:
     console.print(f"protocol: {protocol.version} (features: {escape(features)})")
     console.print(f"location: {escape(opened.location())}")
     console.print(f"head offset: {opened.head_offset()}")
+    head = opened.snapshot(include_dropped=True)
+    console.print(f"first version in Kafka: {head.log_start}" + ("  [red]DROPPED[/]" if head.dropped else ""))
     for key in (
         "cleanup.policy",
         "message.timestamp.type",
