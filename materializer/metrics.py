@@ -116,3 +116,9 @@ MAINTENANCE_FAILURES = Counter(
     ["table"],
     registry=REGISTRY,
 )
+LOG_HOLES = Counter(
+    "segcat_materializer_log_holes_total",
+    "Offsets Kafka skipped that no commit archive covers (records compacted away unarchived)",
+    ["table"],
+    registry=REGISTRY,
+)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
+from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame, ServiceUnavailable
 from segcat.catalog.protocol import codec, lifecycle, rules
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import LogRecord
@@ -134,7 +134,30 @@ class TableMaterializer:
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )
+        self._replay_archives(None)
         return self.state.version + 1
+
+    def _replay_archives(self, upto: int | None) -> bool:
+        """Apply the archived records after the image (up to ``upto``): a key frame older than the
+        newest archive (the newer one was damaged) on a pruned log, or a hole in what Kafka hands
+        out. Kafka is read only after them. Whether the archives covered anything."""
+        try:
+            end = self.files.archived_upto()
+            if upto is not None:
+                end = min(end, upto)
+            if end <= self.state.version:
+                return False
+            records = list(self.files.records_between(self.state.version, end))
+        except (ArchiveGap, CorruptArchive, OSError) as exc:
+            log.warning("commit archives unreadable", extra={"table": self._label, "error": str(exc)})
+            return False
+        for record in records:
+            self.apply(record, notify=False, check_holes=False)
+        self.state.version = max(self.state.version, end)  # the archives cover every offset to it
+        log.info(
+            "replayed commit archives", extra={"table": self._label, "upto": end, "records": len(records)}
+        )
+        return True
 
     def _sweep_temp_files(self) -> None:
         """Remove temp files a killed materializer left under this table's ``_catalog/``."""
@@ -149,8 +172,10 @@ class TableMaterializer:
 
     # ------------------------------------------------------------------ applying
 
-    def apply(self, record: LogRecord, *, notify: bool = True) -> Verdict:
+    def apply(self, record: LogRecord, *, notify: bool = True, check_holes: bool = True) -> Verdict:
         """Judge one record, publish what it changed, write a key frame when one is due."""
+        if check_holes and record.offset > self.state.version + 1 and self.state.version >= -1:
+            self._fill_hole(record.offset)
         if record.offset <= self.state.version:
             return Verdict(Outcome.DUPLICATE, record.offset, detail="already applied")
         self.stage = "rules"
@@ -189,6 +214,18 @@ class TableMaterializer:
             )
             self._publish(None, None)
         return verdict
+
+    def _fill_hole(self, offset: int) -> None:
+        """Kafka skipped offsets before ``offset`` (pruned or compacted away): the archives hold
+        them if they were pruned; otherwise only superseded records are missing (a later record
+        of the same key exists), which is all Kafka can tell, and it is logged."""
+        missing_from = self.state.version + 1
+        if not self._replay_archives(offset - 1):
+            metrics.LOG_HOLES.labels(self._label).inc()
+            log.warning(
+                "offsets missing from the log and not in the archives",
+                extra={"table": self._label, "from": missing_from, "to": offset - 1},
+            )
 
     def _head(self) -> Head:
         state = self.state

@@ -242,3 +242,42 @@ def test_the_materializer_prunes_and_purges_by_table_properties(pconfig: Config)
     assert name not in {str(t) for t in catalog.list_tables()}
     files = table.files
     assert files is not None and files.keyframe_versions() == []
+
+
+def test_a_materializer_recovering_from_an_older_key_frame_reads_the_archives_not_the_holes(
+    pconfig: Config,
+) -> None:
+    ns, pattern = namespace()
+    name = f"{ns}.holes"
+    catalog = Catalog(pconfig)
+    table = catalog.create_table(name)
+    tname = TableName.parse(name)
+    write_load(pconfig, name, 25, seed=11)
+    with running_materializer(pconfig, pattern):
+        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        result = table.prune_log(retain_versions=2)
+        assert result.marker_version is not None
+        wait_for_head(catalog.redis, name, result.marker_version)  # type: ignore[arg-type]
+    _alter(pconfig, tname.topic, AGGRESSIVE_CLEANER)
+    time.sleep(0.5)
+    with TableWriter(pconfig, name) as writer:
+        writer.append([segment("after")])
+    deadline = time.monotonic() + 90
+    while any(o <= result.plan.prune_point for o, _, _ in _broker_offsets(pconfig, tname)):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    files = table.files
+    assert files is not None
+    frames = files.keyframe_versions()
+    assert len(frames) >= 3
+    for version in frames[-2:]:  # the newest frames are damaged: recovery falls back to an older one
+        files.store.put(files.keyframe_path(version), b"garbage")
+    materializer = TableMaterializer(tname, pconfig, None, files)
+    start = materializer.recover()
+    assert start > result.plan.prune_point  # the archives brought it past the pruned records
+    with LogReader(pconfig, tname) as reader:
+        for record in reader.read(start):
+            materializer.apply(record)
+    expected = table.state()
+    assert materializer.state.fingerprint() == expected.fingerprint()
+    assert materializer.state.version == expected.version
