@@ -49,6 +49,14 @@ def purge(catalog: Catalog, table: Table) -> PurgeReport:
         except ServiceUnavailable as exc:
             raise ServiceUnavailable(f"purge stopped before deleting the topic: {exc}; run it again") from exc
     catalog.admin.delete(table.name)
+    if catalog.redis is not None:  # a materializer may have rebuilt the keys before it lost the topic
+        try:
+            redis_keys += catalog.redis.forget_table(table.name)
+        except ServiceUnavailable as exc:
+            log.warning(
+                "redis keys of a purged table remain",
+                extra={"table": table.name.qualified, "error": str(exc)},
+            )
     report = PurgeReport(table.name.qualified, data_files, catalog_objects, redis_keys, True)
     log.info("table purged", extra={"table": report.table, "data_files": data_files})
     return report
