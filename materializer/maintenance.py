@@ -108,9 +108,13 @@ class Maintenance:
         for facts in tables:
             try:
                 self._upkeep(facts, now)
-            except (SegcatError, OSError) as exc:
+            except Exception as exc:  # one table's trouble never stops the upkeep of the others
                 metrics.MAINTENANCE_FAILURES.labels(facts.name).inc()
-                log.warning("table upkeep failed", extra={"table": facts.name, "error": str(exc)})
+                log.warning(
+                    "table upkeep failed",
+                    extra={"table": facts.name, "error": f"{type(exc).__name__}: {exc}"},
+                    exc_info=not isinstance(exc, SegcatError | OSError),
+                )
 
     def _upkeep(self, facts: TableFacts, now: int) -> None:
         metrics.LOG_START.labels(facts.name).set(facts.log_start)

@@ -39,7 +39,14 @@ class WriteIntent:
     and ``active`` is False: writing works as before, only without the protection.
     """
 
-    def __init__(self, writer: TableWriter, prefix: str, ttl_s: float = DEFAULT_INTENT_TTL_S) -> None:
+    def __init__(
+        self,
+        writer: TableWriter,
+        prefix: str,
+        ttl_s: float = DEFAULT_INTENT_TTL_S,
+        *,
+        intent_id: str | None = None,
+    ) -> None:
         if (
             isinstance(ttl_s, bool)
             or not isinstance(ttl_s, int | float)
@@ -48,10 +55,14 @@ class WriteIntent:
             raise InvalidArgument(f"intent ttl_s must be between 1 s and 7 days, not {ttl_s!r}")
         if problem := lifecycle.prefix_problem(prefix):
             raise InvalidArgument(problem)
+        if intent_id is not None and not lifecycle.is_canonical_uuid(intent_id):
+            raise InvalidArgument(f"intent_id {intent_id[:60]!r} is not a UUID in canonical lowercase form")
         self.writer = writer
         self.prefix = prefix
         self.ttl_ms = int(ttl_s * 1000)
-        self.intent_id = str(uuid.uuid4())
+        self.intent_id = intent_id or str(uuid.uuid4())
+        """Also the commit id the files will be added under, when the writer chooses so (``si.write``
+        does): the files' footers then name it, and vacuum tells this write's files from others'."""
         self.version: int | None = None
         """The version of the INTENT commit that opened (or last renewed) it."""
         self.closed = False

@@ -425,9 +425,14 @@ class TableWriter:
 
         return self.commit_with_retry(plan)
 
-    def intent(self, prefix: str, *, ttl_s: float = DEFAULT_INTENT_TTL_S) -> WriteIntent:
-        """A write intent for files written under ``prefix`` (a context manager; see ``producers.intent``)."""
-        intent = WriteIntent(self, prefix, ttl_s)
+    def intent(
+        self, prefix: str, *, ttl_s: float = DEFAULT_INTENT_TTL_S, intent_id: str | None = None
+    ) -> WriteIntent:
+        """A write intent for files written under ``prefix`` (a context manager; see ``producers.intent``).
+
+        Give ``intent_id`` = the commit id the files' footers record (``segcat.commit_id``) and
+        vacuum keeps exactly this write's files under the prefix, not every file there."""
+        intent = WriteIntent(self, prefix, ttl_s, intent_id=intent_id)
         self._intents.append(intent)
         return intent
 

@@ -41,6 +41,7 @@ from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.storage.objectstore import TEMP_MARKER, s3_filesystem
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
+from segcat.catalog.storage.provenance import PROVENANCE_KEYS, read_footer_provenance
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """Partition name and directory for a null (or empty) partition value, as Hive and Spark spell it."""
@@ -50,9 +51,6 @@ GROUP_COLUMN = "_segcat_group"
 
 OUTPUT_SCHEMA = "segment string"
 """What ``write_files`` returns to the driver: one JSON-encoded ``Segment`` per file."""
-
-PROVENANCE_KEYS = {"table": "segcat.table", "commit_id": "segcat.commit_id", "writer_id": "segcat.writer_id"}
-"""Provenance field → the Parquet key-value metadata key each segment file records it under."""
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
 
@@ -158,14 +156,7 @@ def read_provenance(
     """
     if fs is None:
         fs, path = filesystem(path, s3_endpoint, s3_region)
-    with fs.open_input_file(path) as handle:
-        metadata = pq.read_metadata(handle).metadata or {}
-    found = {
-        field_name: value.decode()
-        for field_name, key in PROVENANCE_KEYS.items()
-        if (value := metadata.get(key.encode())) is not None
-    }
-    return found or None
+    return read_footer_provenance(fs, path)
 
 
 def _single_upload(fs: pafs.FileSystem) -> bool:

@@ -161,15 +161,14 @@ def _writing_files(writer: TableWriter) -> Iterator[_Attempt]:
     ``data/`` alone while it lives. The commit closes it (``StagedWrite.commit``); a job that
     fails aborts it here, and a killed one lets it expire.
 
-    Decision: the prefix is ``data/``, not the partitions the job will write: they are known
-    only once the rows are. The cost is that orphan deletion waits while a writer is active
-    (dropped files do not: they are found from the log).
+    Decision: the prefix is ``data/``, not the partitions the job will write (known only once
+    the rows are); the intent's id is the commit id every file's footer records, so vacuum
+    keeps exactly this job's files under ``data/``, and other writers' orphans still go.
     """
-    intent = writer.intent(INTENT_PREFIX, ttl_s=INTENT_TTL_S)
+    commit_id = Commit.new_id()
+    intent = writer.intent(INTENT_PREFIX, ttl_s=INTENT_TTL_S, intent_id=commit_id)
     intent.open()
-    attempt = _Attempt(
-        writer.name.qualified, writer.writer_id, Commit.new_id(), intent if intent.active else None
-    )
+    attempt = _Attempt(writer.name.qualified, writer.writer_id, commit_id, intent if intent.active else None)
     try:
         yield attempt
     except BaseException:

@@ -246,3 +246,41 @@ def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtab
         snap = vtable.snapshot(version=version)
         missing = [p for p in snap.files() if not Path(p).exists()]
         assert not missing, f"version {version} lost {missing}"
+
+
+def _parquet_with_provenance(path: Path, commit_id: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"id": [1]}).replace_schema_metadata({"segcat.commit_id": commit_id})
+    pq.write_table(table, path)
+    an_hour_ago = time.time() - 3600
+    os.utime(path, (an_hour_ago, an_hour_ago))
+
+
+def test_a_live_intent_keeps_its_own_files_not_a_dead_writer_s(vconfig: Config, vtable: Table) -> None:
+    """Under one prefix: the live write's files (their footers name its intent) stay; a losing
+    writer's (another commit id) go; a file without provenance stays (when in doubt, keep)."""
+    root = Path(vtable.location())
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "kept")])
+        with writer.intent("data/", ttl_s=60, intent_id=str(uuid.uuid4())) as intent:
+            mine = root / "data/day=1/part-mine.parquet"
+            dead = root / "data/day=2/part-dead.parquet"
+            unknown = root / "data/day=3/part-unknown.parquet"
+            _parquet_with_provenance(mine, intent.intent_id)
+            _parquet_with_provenance(dead, str(uuid.uuid4()))
+            unknown.parent.mkdir(parents=True, exist_ok=True)
+            unknown.write_bytes(b"not parquet")
+            an_hour_ago = time.time() - 3600
+            os.utime(unknown, (an_hour_ago, an_hour_ago))
+            report = vacuum(vtable, grace_ms=0)
+            assert [Path(f.path).name for f in report.files] == ["part-dead.parquet"]
+            assert mine.exists() and unknown.exists() and not dead.exists()
+            assert report.kept_by_intent == 2
+        report = vacuum(vtable, grace_ms=0)  # the intent is closed (aborted): its files are orphans now
+        assert sorted(Path(f.path).name for f in report.files) == [
+            "part-mine.parquet",
+            "part-unknown.parquet",
+        ]

@@ -65,6 +65,10 @@ def field_problem(commit: Commit) -> str | None:
     return prefix_problem(intent.prefix)
 
 
+def is_canonical_uuid(text: str) -> bool:
+    return bool(_UUID.fullmatch(text))
+
+
 def prefix_problem(prefix: str) -> str | None:
     """A prefix is spelled as a segment path is (relative, or an absolute URI), ending anywhere."""
     if not prefix or len(prefix) > 4096:

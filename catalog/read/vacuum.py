@@ -41,7 +41,7 @@ from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState, path_key
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 from segcat.catalog.storage.redis.leases import LeaseStore
 
 log = logging.getLogger("segcat.vacuum")
@@ -229,8 +229,13 @@ def vacuum(
         for i in intents
     ]
 
+    live_ids = {i.intent_id for i in intents}
+
     def protected(full: str) -> bool:
-        return any(full.startswith(prefix) for prefix in intent_prefixes)
+        """Under a live intent, unless its footer names a commit no live intent announces."""
+        if not any(full.startswith(prefix) for prefix in intent_prefixes):
+            return False
+        return not _claimed_elsewhere(data_store, root, full, live_ids)
 
     needed = history.needed_keys
     seen = history.known_keys
@@ -282,6 +287,22 @@ def execute(table: Table, report: VacuumReport, progress: Progress | None = None
     _delete(report, store, table, progress)
     if table.files is not None:
         _record(table, report)
+
+
+def _claimed_elsewhere(store: ObjectStore, root: str, full: str, live_ids: set[str]) -> bool:
+    """Whether a complete Parquet file's footer names a commit that no live intent announces
+    (a losing or dead writer's file). Temp files, unreadable footers and files without
+    provenance count as the intent's: when in doubt, keep."""
+    name = full.rsplit("/", 1)[-1]
+    if TEMP_MARKER in name or not name.endswith(".parquet"):
+        return False
+    relative = full[len(root.rstrip("/")) + 1 :]
+    try:
+        found = store.provenance(relative)
+    except (OSError, ValueError):
+        return False
+    commit_id = None if found is None else found.get("commit_id")
+    return commit_id is not None and commit_id not in live_ids
 
 
 def _absolute(root: str, path: str) -> str:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from segcat.catalog.config import Config
+from segcat.catalog.storage.provenance import read_footer_provenance
 
 _READ_ATTEMPTS = 8
 TEMP_MARKER = ".segcat-tmp-"
@@ -234,6 +235,10 @@ class ObjectStore:
             if info.type == pafs.FileType.File and TEMP_MARKER not in info.base_name
         )
         return sorted(found)
+
+    def provenance(self, path: str) -> dict[str, str] | None:
+        """The provenance a data file records in its Parquet footer (``storage.provenance``)."""
+        return read_footer_provenance(self._backend.fs, self._full(path))
 
     def list_files(self, prefix: str = "") -> builtins.list[tuple[str, int, int]]:
         """``(key, size, mtime_ms)`` of every file under ``prefix``, temp files included (vacuum)."""
