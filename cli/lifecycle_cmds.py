@@ -46,9 +46,7 @@ def prune_cmd(
         )
         return
     if not plan.prunes:
-        console.print(
-            f"[bold]{plan.table}[/]: nothing to prune (log starts at {plan.log_start}; {plan.limit})"
-        )
+        console.print(f"[bold]{plan.table}[/]: nothing to prune: {plan.limit}")
         return
     verb = "would prune" if dry_run else "pruned"
     console.print(

@@ -108,7 +108,12 @@ def plan_prune(
             if first_young is not None and first_young - 1 < bound:
                 bound, limit = first_young - 1, "retain-age"
         if bound < log_start:
-            return PrunePlan(name.qualified, log_start, log_start - 1, "nothing to prune")
+            why = (
+                "no key frame covered by commit archives yet (the materializer writes them)"
+                if limit == "key frames" and bound < 0
+                else f"{limit} keeps everything from offset {log_start} on"
+            )
+            return PrunePlan(name.qualified, log_start, log_start - 1, why)
         before: dict[bytes, None] = {}
         after: set[bytes] = set()
         for record in reader.read(log_start):

@@ -48,7 +48,9 @@ log = logging.getLogger("segcat.vacuum")
 
 DEFAULT_GRACE_MS = 7 * 24 * 3600 * 1000
 """Delta's VACUUM default: a week between a file becoming unneeded and its deletion."""
-DEFAULT_RETAIN_VERSIONS = 1_000
+DEFAULT_RETAIN_VERSIONS = 1
+"""By default only the head is kept whatever its age, and the grace period protects time
+travel (files dropped less than 7 days ago stay), as Delta's VACUUM does."""
 MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000
 BATCH = 1_000
 """Deletes per batch (S3's DeleteObjects takes 1,000 keys); batches run on a few threads."""
