@@ -26,6 +26,7 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import check_duration, check_retain_versions, vacuum
 from segcat.producers import TableWriter
 from tests.factories import produce_raw
+from tests.materializer_support import PrivateRedis
 
 
 def _write_file(table: Table, relative: str, size: int = 64) -> Path:
@@ -284,3 +285,29 @@ def test_a_live_intent_keeps_its_own_files_not_a_dead_writer_s(vconfig: Config, 
             "part-mine.parquet",
             "part-unknown.parquet",
         ]
+
+
+def test_drops_before_the_newest_key_frame_are_found_on_a_first_vacuum(
+    vconfig: Config, vtable: Table, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """A materializer wrote key frames after the drops: vacuum still replays from before them
+    (regression: it started from the newest key frame and missed these drops)."""
+    from tests.materializer_support import materializer_config, running_materializer, wait_for_head
+
+    mconfig = materializer_config(vconfig, private_redis.url, tmp_path / "w", every=2)
+    mconfig = replace(mconfig, warehouse=vconfig.warehouse)
+    catalog = Catalog(mconfig)
+    with running_materializer(mconfig, rf"^{vtable.name.topic.replace('.', '[.]')}$"):
+        with TableWriter(mconfig, vtable.name) as writer:
+            writer.append([_segment(vtable, "a"), _segment(vtable, "b")])
+            writer.compact(["a", "b"], [_segment(vtable, "ab")])
+            for k in range(5):
+                writer.append([_segment(vtable, f"n{k}")])
+        wait_for_head(catalog.redis, vtable.name.qualified, vtable.log_end())  # type: ignore[arg-type]
+    files = vtable.files
+    assert files is not None and len(files.keyframe_versions()) >= 3
+    report = vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True)
+    assert sorted(Path(f.path).name for f in report.files) == ["a.parquet", "b.parquet"]
+    vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True)
+    again = vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True)
+    assert again.files == []  # the record of the first run moves the next replay forward

@@ -215,8 +215,10 @@ def vacuum(
     report.dropped_done_upto = horizon
     cutoff = now - grace
     # Replay from before the grace period too: a drop inside it must be seen (and kept).
-    young_from = table.resolve_version(as_of_ms=cutoff).bound if cutoff > 0 else -1
-    history = _History.replay(table, min(horizon, young_from + 1), horizon, head.offset)
+    # Every drop after the last run's ``dropped_done_upto`` must be seen: replay from the newest
+    # key frame at or before it (from the start on a first run).
+    done_upto = _previous_run(table).get("dropped_done_upto", -1)
+    history = _History.replay(table, done_upto + 1, horizon, head.offset)
     intents = history.head_state.live_intents(now)
     report.open_intents = len(intents)
     root = probe.root
@@ -242,7 +244,6 @@ def vacuum(
     needed = history.needed_keys
     seen = history.known_keys
     report.referenced = seen
-    done_upto = _previous_run(table).get("dropped_done_upto", -1)
     kept_drops: list[int] = []
     for segment_path, size, dropped_at, dropped_ms in history.dropped:
         if dropped_at > horizon or dropped_at <= done_upto:
@@ -335,11 +336,16 @@ class _History:
 
     @classmethod
     def replay(cls, table: Table, start: int, horizon: int, head: int) -> _History:
-        """Replay from the newest key frame before ``start`` to ``head``."""
-        assert table.files is not None
+        """Replay from the newest key frame before ``start`` to ``head`` (from the start of the log,
+        or the oldest key frame when history retention removed what was before it)."""
+        files = table.files
+        assert files is not None
         frame = None
         try:
-            frame = table.files.newest_valid_keyframe(at_most=start - 1) if start > 0 else None
+            frame = files.newest_valid_keyframe(at_most=start - 1) if start > 0 else None
+            oldest = files.oldest_readable()
+            if frame is None and oldest is not None and oldest > 0:
+                frame = files.newest_valid_keyframe(at_most=oldest)  # drops before it: orphans now
         except OSError:
             frame = None
         state = keyframe.light_state(frame) if frame is not None else TableState(table.name.qualified)
