@@ -311,3 +311,29 @@ def test_drops_before_the_newest_key_frame_are_found_on_a_first_vacuum(
     vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True)
     again = vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True)
     assert again.files == []  # the record of the first run moves the next replay forward
+
+
+def test_a_vacuum_killed_midway_is_finished_by_the_next_run(
+    vconfig: Config, vtable: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import segcat.catalog.read.vacuum as vacuum_module
+
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, f"s{k}") for k in range(6)])
+        writer.compact([f"s{k}" for k in range(6)], [_segment(vtable, "merged")])
+    monkeypatch.setattr(vacuum_module, "BATCH", 2)
+    monkeypatch.setattr(vacuum_module, "DELETE_THREADS", 1)
+    calls = []
+
+    def die(done: int, total: int) -> None:
+        calls.append(done)
+        raise KeyboardInterrupt  # killed after the first batch
+
+    with pytest.raises(KeyboardInterrupt):
+        vacuum(vtable, retain_versions=1, grace_ms=0, progress=die)
+    left = [k for k in range(6) if _exists(vtable, f"data/part=p0/s{k}.parquet")]
+    assert 0 < len(left) < 6 and _exists(vtable, "data/part=p0/merged.parquet")
+    assert vtable.snapshot().segment_ids() == {"merged"}  # the table is consistent meanwhile
+    report = vacuum(vtable, retain_versions=1, grace_ms=0)
+    assert report.deleted == len(left) and report.already_gone == 6 - len(left)
+    assert not any(_exists(vtable, f"data/part=p0/s{k}.parquet") for k in range(6))

@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ DEFAULT_RETAIN_VERSIONS = 1
 travel (files dropped less than 7 days ago stay), as Delta's VACUUM does."""
 MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000
 BATCH = 1_000
+DELETE_THREADS = 4
 """Deletes per batch (S3's DeleteObjects takes 1,000 keys); batches run on a few threads."""
 RETAIN_VERSIONS_PROPERTY = "segcat.vacuum.retain.versions"
 GRACE_PROPERTY = "segcat.vacuum.grace.ms"
@@ -462,15 +464,28 @@ def _delete(report: VacuumReport, data_store: ObjectStore, table: Table, progres
                 gone += 1
         return deleted, gone, size
 
-    batches = [items[i : i + BATCH] for i in range(0, total, BATCH)]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for deleted, gone, size in pool.map(delete_batch, batches):
-            report.deleted += deleted
-            report.already_gone += gone
-            report.deleted_bytes += size
-            done += deleted + gone
-            if progress is not None:
-                progress(done, total)
+    in_flight: deque[Future[tuple[int, int, int]]] = deque()
+
+    def settle(future: Future[tuple[int, int, int]]) -> None:
+        nonlocal done
+        deleted, gone, size = future.result()
+        report.deleted += deleted
+        report.already_gone += gone
+        report.deleted_bytes += size
+        done += deleted + gone
+        if progress is not None:
+            progress(done, total)
+
+    pool = ThreadPoolExecutor(max_workers=DELETE_THREADS)
+    try:  # a few batches in flight at a time: a stop (or a kill) leaves the rest for the next run
+        for start in range(0, total, BATCH):
+            in_flight.append(pool.submit(delete_batch, items[start : start + BATCH]))
+            if len(in_flight) >= 2 * DELETE_THREADS:
+                settle(in_flight.popleft())
+        while in_flight:
+            settle(in_flight.popleft())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     log.info(
         "vacuum done",
         extra={
