@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import MalformedCommit, UnsupportedProtocol
+from segcat.catalog.errors import InvalidArgument, MalformedCommit, UnsupportedProtocol
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, versions
@@ -138,3 +138,35 @@ def test_an_old_log_keeps_protocol_1_until_upgraded(
     assert verdict.outcome is Outcome.INVALID and "table_properties" in verdict.detail
     with TableWriter(config, name) as writer, pytest.raises(MalformedCommit):
         writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("c")], table_properties={"k": "v"}))
+
+
+def test_a_protocol_2_table_gets_the_lifecycle_feature_by_an_explicit_upgrade(
+    config: Config, catalog: Catalog, table_name: str
+) -> None:
+    name = TableName.parse(table_name)
+    TopicAdmin(config).create(name)  # a table as segcat created them before the lifecycle feature
+    table = catalog.table(name)
+    produce_raw(
+        config,
+        name.topic,
+        [
+            _raw_commit(
+                table,
+                Operation.UPGRADE_PROTOCOL,
+                -1,
+                protocol=Protocol(2, ()),
+                table_properties={LOCATION_PROPERTY: table.root},
+            )
+        ],
+    )
+    assert table.protocol() == Protocol(2, ())
+    with TableWriter(config, name) as writer, writer.intent("data/") as intent:
+        assert not intent.active  # inert: the table has no intents yet
+    with pytest.raises(InvalidArgument, match="segcat table upgrade"):
+        table.prune_log()
+    upgraded_at = table.upgrade_protocol()
+    assert table.protocol() == versions.new_table_protocol()
+    assert table.upgrade_protocol() == upgraded_at  # nothing left to do
+    with TableWriter(config, name) as writer, writer.intent("data/") as intent:
+        assert intent.active and intent.version is not None
+        assert writer.refresh().intents[intent.intent_id].prefix == "data/"
