@@ -39,7 +39,7 @@ from segcat.catalog.log.follower import Follower
 from segcat.catalog.protocol import locations
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.protocol.state import TableState, path_key
+from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
@@ -170,10 +170,15 @@ def vacuum(
 ) -> VacuumReport:
     """Delete the files no version ≥ H, no leased version and no live intent needs.
 
-    ``listing`` (``(path relative to the root, size, mtime_ms)`` under ``data/``) replaces the
-    in-process listing, e.g. with one computed on Spark executors. Refuses a dropped table
-    (``TableDropped``) and, unless ``ignore_leases``, an unreachable Redis
-    (``ServiceUnavailable``), before anything is deleted.
+    One replay of the log (from the last run's record, key frames + archives + Kafka) tells
+    every segment's life: the version that added it and the one that dropped it. ``listing``
+    (``(path relative to the root, size, mtime_ms)`` under ``data/``) replaces the in-process
+    listing. Refuses a dropped table (``TableDropped``) and, unless ``ignore_leases``, an
+    unreachable Redis (``ServiceUnavailable``), before anything is deleted.
+
+    Safe against writes running meanwhile: the cut-off (now − grace) is taken first, so any
+    file written after the vacuum started is too young, and a writer announces its intent
+    before it writes, so an older file's intent or commit is in the replay.
     """
     if retain_versions is not None:
         check_retain_versions(retain_versions)
@@ -182,50 +187,38 @@ def vacuum(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if table.files is None:
         raise InvalidArgument("vacuum needs object storage (key frames and archives)")
-    probe = table.snapshot(include_dropped=True)
-    if probe.dropped:
+    end = table.log_end()
+    done_upto = _previous_run(table).get("dropped_done_upto", -1)
+    history = _History.replay(table, done_upto + 1, end)
+    head = history.head_state
+    if head.dropped:
         raise TableDropped(
             f"table {table.name} is dropped: purge it (segcat table purge), or undrop it first"
         )
-    data_store = ObjectStore.from_uri(
-        probe.root, s3_endpoint=table.config.s3_endpoint, s3_region=table.config.s3_region
-    )
-    listed = list(data_store.list_files("data")) if orphans and listing is None else list(listing or ())
-    head = table.snapshot(include_dropped=True)
     properties = head.properties
     keep_n = retain_versions or _property_int(properties, RETAIN_VERSIONS_PROPERTY, DEFAULT_RETAIN_VERSIONS)
     grace = grace_ms if grace_ms is not None else _property_int(properties, GRACE_PROPERTY, DEFAULT_GRACE_MS)
     assert keep_n is not None and grace is not None
     check_retain_versions(keep_n)
     check_duration(grace, "grace")
-    horizon = max(head.offset - keep_n + 1, 0)
-    leased: tuple[int, ...] = ()
-    if not ignore_leases:
-        store = leases or (LeaseStore.from_store(table.redis) if table.redis is not None else None)
-        if store is None:
-            raise ServiceUnavailable("vacuum needs Redis to see version leases (or --ignore-leases)")
-        try:
-            leased = tuple(sorted(store.leased_versions(table.name)))
-        except ServiceUnavailable as exc:
-            raise ServiceUnavailable(
-                f"vacuum refuses: version leases cannot be read ({exc}); nothing was deleted. "
-                "Use --ignore-leases to vacuum without them"
-            ) from exc
-        if leased:
-            horizon = min(horizon, leased[0])
-    report = VacuumReport(table.name.qualified, horizon, head.offset, grace, dry_run, leased_versions=leased)
-    report.dropped_done_upto = horizon
+    horizon = max(end - keep_n + 1, 0)
+    leased = _leased_versions(table, leases, ignore_leases)
+    if leased:
+        horizon = min(horizon, leased[0])
+    report = VacuumReport(table.name.qualified, horizon, end, grace, dry_run, leased_versions=leased)
     cutoff = now - grace
-    # Replay from before the grace period too: a drop inside it must be seen (and kept).
-    # Every drop after the last run's ``dropped_done_upto`` must be seen: replay from the newest
-    # key frame at or before it (from the start on a first run).
-    done_upto = _previous_run(table).get("dropped_done_upto", -1)
-    history = _History.replay(table, done_upto + 1, horizon, head.offset)
-    intents = history.head_state.live_intents(now)
+    root = head.location or table.root
+    try:
+        allowed = locations.parse_allowed(properties.get(ALLOWED_LOCATIONS_PROPERTY))
+    except ValueError:
+        allowed = ()
+    data_store = ObjectStore.from_uri(
+        root, s3_endpoint=table.config.s3_endpoint, s3_region=table.config.s3_region
+    )
+    intents = head.live_intents(now)
     report.open_intents = len(intents)
-    root = probe.root
-    allowed = head.allowed_locations
     intent_prefixes = [_absolute(root, i.prefix) for i in intents]
+    live_ids = {i.intent_id for i in intents}
     report.root = root
     report.cutoff_ms = cutoff
     report.protected_prefixes = [
@@ -235,53 +228,80 @@ def vacuum(
         for i in intents
     ]
 
-    live_ids = {i.intent_id for i in intents}
-
     def protected(full: str) -> bool:
         """Under a live intent, unless its footer names a commit no live intent announces."""
         if not any(full.startswith(prefix) for prefix in intent_prefixes):
             return False
         return not _claimed_elsewhere(data_store, root, full, live_ids)
 
-    needed = history.needed_keys
-    seen = history.known_keys
-    report.referenced = seen
+    key = _Keys(root)
+    needed = {key(e.path) for e in history.lives if e.dropped is None or e.dropped > horizon}
+    report.referenced = {key(e.path) for e in history.lives}
     kept_drops: list[int] = []
-    for segment_path, size, dropped_at, dropped_ms in history.dropped:
-        if dropped_at > horizon or dropped_at <= done_upto:
+    for life in history.lives:
+        if life.dropped is None or life.dropped > horizon or life.dropped <= done_upto:
             continue
-        key = path_key(segment_path, root)
-        if key in needed:
-            continue
-        if locations.is_absolute_uri(segment_path) and locations.allowed_problem(segment_path, root, allowed):
+        if key(life.path) in needed:
+            continue  # the same file is live again, under another id
+        if locations.is_absolute_uri(life.path) and locations.allowed_problem(life.path, root, allowed):
             raise UnsafeLocation(
-                f"{table.name}: a dropped segment's path {segment_path[:200]!r} lies outside the table's "
+                f"{table.name}: a dropped segment's path {life.path[:200]!r} lies outside the table's "
                 "root and allowed locations; vacuum deletes nothing (remove it by hand if it is yours)"
             )
-        if dropped_ms > cutoff:
+        if life.dropped_ms > cutoff:
             report.kept_by_grace += 1
-            kept_drops.append(dropped_at)
+            kept_drops.append(life.dropped)
             continue
-        report.files.append(Doomed(_absolute(root, segment_path), size, "dropped"))
-    for relative, size, mtime_ms in listed:
-        if not relative.startswith("data/"):
-            raise InvalidArgument(f"listing holds {relative[:200]!r}, outside the table's data/")
-        full = f"{root.rstrip('/')}/{relative}"
-        if locations.canonical(full) in seen:
-            continue
-        if mtime_ms > cutoff:
-            report.kept_by_grace += 1
-            continue
-        if protected(full):
-            report.kept_by_intent += 1
-            continue
-        report.files.append(Doomed(full, size, "orphan"))
+        report.files.append(Doomed(_absolute(root, life.path), life.size, "dropped"))
+    if orphans or listing is not None:
+        listed = data_store.list_files("data") if listing is None else listing
+        for relative, size, mtime_ms in listed:
+            if not relative.startswith("data/"):
+                raise InvalidArgument(f"listing holds {relative[:200]!r}, outside the table's data/")
+            if relative in report.referenced:
+                continue
+            if mtime_ms > cutoff:
+                report.kept_by_grace += 1
+                continue
+            full = f"{root.rstrip('/')}/{relative}"
+            if protected(full):
+                report.kept_by_intent += 1
+                continue
+            report.files.append(Doomed(full, size, "orphan"))
     report.files.extend(_history_objects(table, properties, now))
     _dedupe(report)
     report.dropped_done_upto = min([horizon, *(d - 1 for d in kept_drops)])
     if not dry_run:
         execute(table, report, progress)
     return report
+
+
+def _leased_versions(table: Table, leases: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
+    if ignore:
+        return ()
+    store = leases or (LeaseStore.from_store(table.redis) if table.redis is not None else None)
+    if store is None:
+        raise ServiceUnavailable("vacuum needs Redis to see version leases (or --ignore-leases)")
+    try:
+        return tuple(sorted(store.leased_versions(table.name)))
+    except ServiceUnavailable as exc:
+        raise ServiceUnavailable(
+            f"vacuum refuses: version leases cannot be read ({exc}); nothing was deleted. "
+            "Use --ignore-leases to vacuum without them"
+        ) from exc
+
+
+class _Keys:
+    """One spelling per file, cheap for the common case: a path relative to the root as it is,
+    an absolute URI under the root made relative, any other URI canonical."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __call__(self, path: str) -> str:
+        if not locations.is_absolute_uri(path):
+            return path
+        return locations.relative_to(path, self.root) or locations.canonical(path)
 
 
 def execute(table: Table, report: VacuumReport, progress: Progress | None = None) -> None:
@@ -324,21 +344,27 @@ def _dedupe(report: VacuumReport) -> None:
     report.files = unique
 
 
+@dataclass(slots=True)
+class _Life:
+    """One segment's life in the replayed log: its file, and the versions that added and dropped it."""
+
+    path: str
+    size: int
+    added: int
+    dropped: int | None = None
+    dropped_ms: int = 0
+
+
 @dataclass
 class _History:
-    """What the log says between the start image and the head: who references which file."""
+    """What the log says between the start image and the head: every segment's life."""
 
     head_state: TableState
-    dropped: list[tuple[str, int, int, int]]
-    """(path, size, version that dropped it, broker time of that version)."""
-    needed_keys: set[str]
-    """Path keys referenced by some version ≥ H: the live set at H and every add after it."""
-    known_keys: set[str]
-    """Path keys any replayed version referenced (the orphan scan's "not an orphan")."""
+    lives: list[_Life]
 
     @classmethod
-    def replay(cls, table: Table, start: int, horizon: int, head: int) -> _History:
-        """Replay from the newest key frame before ``start`` to ``head`` (from the start of the log,
+    def replay(cls, table: Table, start: int, end: int) -> _History:
+        """Replay from the newest key frame before ``start`` to ``end`` (from the start of the log,
         or the oldest key frame when history retention removed what was before it)."""
         files = table.files
         assert files is not None
@@ -351,42 +377,28 @@ class _History:
         except OSError:
             frame = None
         state = keyframe.light_state(frame) if frame is not None else TableState(table.name.qualified)
+        lives: list[_Life] = []
+        live: dict[str, _Life] = {}
+        for sid, segment in state.segments.items():
+            live[sid] = _Life(segment.segment.path, segment.segment.size_bytes, segment.added_version)
+            lives.append(live[sid])
 
-        def location() -> str:
-            return state.location or table.root  # the location may be recorded later
-
-        paths: dict[str, tuple[str, int]] = {
-            sid: (live.segment.path, live.segment.size_bytes) for sid, live in state.segments.items()
-        }
-        known = {path_key(p, location()) for p, _ in paths.values()}
-        needed: set[str] = set()
-        dropped: list[tuple[str, int, int, int]] = []
-        at_horizon: list[bool] = [state.version >= horizon]
-        if at_horizon[0]:
-            needed.update(path_key(p, location()) for p, _ in paths.values())
-
-        def listen(applied: Applied, current: TableState) -> None:
+        def listen(applied: Applied, _: TableState) -> None:
             delta = applied.delta
-            if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None:
-                for sid in delta.dropped:
-                    gone = paths.pop(sid, None)
-                    if gone is not None:
-                        dropped.append((gone[0], gone[1], delta.version, delta.timestamp_ms))
-                for segment in delta.added:
-                    paths[segment.segment_id] = (segment.path, segment.size_bytes)
-                    key = path_key(segment.path, current.location or table.root)
-                    known.add(key)
-                    if at_horizon[0]:
-                        needed.add(key)
-            if not at_horizon[0] and applied.verdict.offset >= horizon:
-                at_horizon[0] = True  # the live set *at* H (this record applied) is needed
-                needed.update(path_key(p, location()) for p, _ in paths.values())
+            if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
+                return
+            for sid in delta.dropped:
+                gone = live.pop(sid, None)
+                if gone is not None:
+                    gone.dropped, gone.dropped_ms = delta.version, delta.timestamp_ms
+            for segment in delta.added:
+                life = _Life(segment.path, segment.size_bytes, delta.version)
+                live[segment.segment_id] = life
+                lives.append(life)
 
         with Follower(table.config, table.name, state, files=table.files) as follower:
-            final = follower.catch_up(head, listener=listen, exact=True)
-        if not at_horizon[0]:
-            needed.update(path_key(p, location()) for p, _ in paths.values())
-        return cls(final, dropped, needed, known)
+            final = follower.catch_up(end, listener=listen, exact=True)
+        return cls(final, lives)
 
 
 def _history_objects(table: Table, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
