@@ -152,7 +152,7 @@ class TableMaterializer:
             log.warning("commit archives unreadable", extra={"table": self._label, "error": str(exc)})
             return False
         for record in records:
-            self.apply(record, notify=False, check_holes=False)
+            self._apply(record, notify=False)
         self.state.version = max(self.state.version, end)  # the archives cover every offset to it
         log.info(
             "replayed commit archives", extra={"table": self._label, "upto": end, "records": len(records)}
@@ -172,10 +172,15 @@ class TableMaterializer:
 
     # ------------------------------------------------------------------ applying
 
-    def apply(self, record: LogRecord, *, notify: bool = True, check_holes: bool = True) -> Verdict:
-        """Judge one record, publish what it changed, write a key frame when one is due."""
-        if check_holes and record.offset > self.state.version + 1 and self.state.version >= -1:
+    def apply(self, record: LogRecord, *, notify: bool = True) -> Verdict:
+        """Judge one record, publish what it changed, write a key frame when one is due.
+
+        Offsets Kafka skipped before it (pruned or compacted away) come from the archives first."""
+        if record.offset > self.state.version + 1:
             self._fill_hole(record.offset)
+        return self._apply(record, notify=notify)
+
+    def _apply(self, record: LogRecord, *, notify: bool) -> Verdict:
         if record.offset <= self.state.version:
             return Verdict(Outcome.DUPLICATE, record.offset, detail="already applied")
         self.stage = "rules"
