@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from segcat.catalog.read.retention import MAX_DURATION_MS
+
 if TYPE_CHECKING:  # click ≥ 8.2 makes ParamType generic; subscripting it at run time needs that
     _IntType = click.ParamType[int]
 else:
@@ -99,7 +101,6 @@ AS_OF = AsOf()
 
 _DURATION = re.compile(r"([0-9]{1,12})(ms|s|m|h|d|w)")
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-MAX_DURATION_MS = 100 * 365 * 86_400_000
 
 
 class Duration(_IntType):

@@ -87,6 +87,17 @@ def _broker_offsets(config: Config, name: TableName) -> list[tuple[int, bytes | 
         return [(r.offset, r.key, r.value is None) for r in reader.read(0)]
 
 
+def wait_compacted_away(config: Config, name: TableName, upto: int) -> None:
+    """Wait until the broker holds no record at or before ``upto`` (the log cleaner ran)."""
+    deadline = time.monotonic() + 90
+    while True:
+        remaining = [o for o, _, _ in _broker_offsets(config, name) if o <= upto]
+        if not remaining:
+            return
+        assert time.monotonic() < deadline, f"the cleaner left {len(remaining)} pruned records"
+        time.sleep(1)
+
+
 @pytest.fixture
 def pconfig(config: Config, private_redis: PrivateRedis, tmp_path: Path) -> Config:
     from tests.materializer_support import materializer_config
@@ -144,13 +155,7 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
         time.sleep(0.5)
         with TableWriter(pconfig, name) as writer:
             writer.append([segment("after-prune")])
-        deadline = time.monotonic() + 90
-        while True:
-            remaining = [o for o, _, _ in _broker_offsets(pconfig, tname) if o <= prune_point]
-            if not remaining:
-                break
-            assert time.monotonic() < deadline, f"the cleaner left {len(remaining)} pruned records"
-            time.sleep(1)
+        wait_compacted_away(pconfig, tname, prune_point)
         survivors = {o: k for o, k, _ in _broker_offsets(pconfig, tname)}
         assert survivors.get(retry_offset) == retried.encode()  # the later record of the id survived
 
@@ -262,10 +267,7 @@ def test_a_materializer_recovering_from_an_older_key_frame_reads_the_archives_no
     time.sleep(0.5)
     with TableWriter(pconfig, name) as writer:
         writer.append([segment("after")])
-    deadline = time.monotonic() + 90
-    while any(o <= result.plan.prune_point for o, _, _ in _broker_offsets(pconfig, tname)):
-        assert time.monotonic() < deadline
-        time.sleep(1)
+    wait_compacted_away(pconfig, tname, result.plan.prune_point)
     files = table.files
     assert files is not None
     frames = files.keyframe_versions()

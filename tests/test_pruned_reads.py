@@ -29,17 +29,9 @@ from tests.materializer_support import (
     wait_for_head,
 )
 from tests.spark_support import spark
-from tests.test_log_pruning import AGGRESSIVE_CLEANER, _alter, _broker_offsets
+from tests.test_log_pruning import AGGRESSIVE_CLEANER, _alter, wait_compacted_away
 
 __all__ = ["spark"]
-
-
-def _compacted_away(config: Config, name: TableName, upto: int) -> None:
-    """Wait until the broker holds no record at or before ``upto``."""
-    deadline = time.monotonic() + 90
-    while any(o <= upto for o, _, _ in _broker_offsets(config, name)):
-        assert time.monotonic() < deadline, "the log cleaner did not remove the pruned records"
-        time.sleep(1)
 
 
 def _ids(frame: DataFrame) -> list[int]:
@@ -84,7 +76,7 @@ def test_every_read_path_answers_pruned_versions(
         wait_for_head(catalog.redis, name, result.marker_version)  # type: ignore[arg-type]
         time.sleep(0.5)
         si.write(spark.createDataFrame([(99, "late")], "id long, v string"), table, config=pconfig)
-        _compacted_away(pconfig, tname, prune_point)
+        wait_compacted_away(pconfig, tname, prune_point)
         wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
 
     redis.Redis.from_url(private_redis.url).flushall()  # readers answer from object storage alone
@@ -152,7 +144,7 @@ def test_history_retention_expires_old_versions(
     time.sleep(0.5)
     with TableWriter(pconfig, name) as writer:
         writer.append([segment("late")])
-    _compacted_away(pconfig, TableName.parse(name), pruned.plan.prune_point)
+    wait_compacted_away(pconfig, TableName.parse(name), pruned.plan.prune_point)
     report = vacuum(table, grace_ms=0, ignore_leases=True)
     assert report.by_reason().get("history", {}).get("files", 0) > 0
     files = table.files

@@ -73,22 +73,7 @@ class Follower:
         full: bool = False,
     ) -> Follower:
         """Start from the newest valid key frame with version ≤ ``at_most`` (any, if None),
-        reading the archived records after it from object storage and Kafka only after them."""
-        follower = cls._from_keyframe(config, name, files, at_most=at_most, full=full)
-        follower._files = files
-        return follower
-
-    @classmethod
-    def _from_keyframe(
-        cls,
-        config: Config,
-        name: TableName,
-        files: TableFiles | None,
-        *,
-        at_most: int | None = None,
-        full: bool = False,
-    ) -> Follower:
-        """Start from the newest valid key frame with version ≤ ``at_most`` (any, if None).
+        reading the archived records after it from object storage and Kafka only after them.
 
         ``full`` loads every segment's stats (an image that writes key frames); otherwise the
         light image, which is all the rules need to judge. Without a usable key frame (none,
@@ -101,7 +86,7 @@ class Follower:
             except OSError as exc:
                 log.warning("object storage unavailable; following from offset 0", extra={"error": str(exc)})
         image = None if frame is None else (frame.state() if full else keyframe.light_state(frame))
-        return cls(config, name, image)
+        return cls(config, name, image, files=files)
 
     def __enter__(self) -> Follower:
         return self

@@ -19,15 +19,13 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, Message, Producer
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, ServiceUnavailable
+from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.retention import check_duration, check_retain_versions
 from segcat.catalog.storage.table_files import TableFiles
-
-MAX_RETAIN_VERSIONS = 2**53
-MAX_RETAIN_AGE_MS = 100 * 365 * 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -60,20 +58,10 @@ class PruneResult:
 
 def check_retention(retain_versions: int | None, retain_age_ms: int | None) -> None:
     """``InvalidArgument`` for retention values that cannot be meant."""
-    if retain_versions is not None and (
-        isinstance(retain_versions, bool)
-        or not isinstance(retain_versions, int)
-        or not 1 <= retain_versions <= MAX_RETAIN_VERSIONS
-    ):
-        raise InvalidArgument(f"retain-versions must be an integer ≥ 1, got {retain_versions!r}")
-    if retain_age_ms is not None and (
-        isinstance(retain_age_ms, bool)
-        or not isinstance(retain_age_ms, int)
-        or not 0 <= retain_age_ms <= MAX_RETAIN_AGE_MS
-    ):
-        raise InvalidArgument(
-            f"retain-age must be a duration between 0 and 100 years, got {retain_age_ms!r} ms"
-        )
+    if retain_versions is not None:
+        check_retain_versions(retain_versions)
+    if retain_age_ms is not None:
+        check_duration(retain_age_ms, "retain-age")
 
 
 def prunable_upto(files: TableFiles) -> int:

@@ -159,7 +159,6 @@ class Table:
         """Where data would live by the configured warehouse; the recorded location wins."""
         self.redis = redis
         self.files = files
-        self._include_dropped = False
 
     def _reader(self) -> LogReader:
         return LogReader(self.config, self.name)
@@ -248,7 +247,6 @@ class Table:
         many log records it trails by. ``sources`` narrows the lookup chain (tests, tools).
         A dropped table raises ``TableDropped`` unless ``include_dropped`` (undrop, purge, tools).
         """
-        self._include_dropped = include_dropped
         if stale_ok and version is None and as_of_ms is None and "redis" in sources:
             materialized = self._materialized_head()
             if materialized is not None:
@@ -263,25 +261,27 @@ class Table:
             bound = resolved.bound
             if bound < 0:
                 empty = FrameView.from_state(TableState(self.name.qualified))
-                return self._snapshot(empty, "kafka", resolved)
+                return self._snapshot(empty, "kafka", resolved, include_dropped)
         found: lookup.Found | None = None
         if "redis" in sources and self.redis is not None:
             found = lookup.from_redis(self.redis, self.name.qualified, bound)
         if found is None and "object-store" in sources and self.files is not None:
             found = lookup.from_object_store(self.files, bound)
         if found is not None and found.frame.offset >= bound:
-            return self._snapshot(found.frame, found.origin, resolved)
+            return self._snapshot(found.frame, found.origin, resolved, include_dropped)
         if resolved is None:
             resolved = self.resolve_version(version)  # VersionNotFound past the log's end
         if "kafka" not in sources:
             raise VersionNotFound(f"no source among {sources} reaches version {bound} of {self.name}")
         if found is None:
             replayed = self.state(bound, listener=listener)
-            return self._snapshot(FrameView.from_state(replayed), "kafka", resolved)
+            return self._snapshot(FrameView.from_state(replayed), "kafka", resolved, include_dropped)
         image = lookup.judging_image(found, self.name.qualified)
         tail, last = lookup.kafka_tail(self.config, self.name, image, found.frame.offset, bound)
         frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
-        return self._snapshot(frame, found.origin if not tail else f"{found.origin}+kafka", resolved)
+        return self._snapshot(
+            frame, found.origin if not tail else f"{found.origin}+kafka", resolved, include_dropped
+        )
 
     def _expired(self, version: int) -> VersionExpired | None:
         """``VersionExpired`` naming the oldest readable version, when ``version`` is older than it."""
@@ -299,8 +299,10 @@ class Table:
             oldest=oldest,
         )
 
-    def _snapshot(self, frame: FrameView, origin: str, resolved: Resolved | None) -> Snapshot:
-        if not self._include_dropped and lifecycle.is_dropped(frame.protocol, dict(frame.properties)):
+    def _snapshot(
+        self, frame: FrameView, origin: str, resolved: Resolved | None, include_dropped: bool
+    ) -> Snapshot:
+        if not include_dropped and lifecycle.is_dropped(frame.protocol, dict(frame.properties)):
             raise TableDropped(
                 f"table {self.name} is dropped; `segcat table undrop {self.name}` brings it back"
             )
@@ -342,16 +344,27 @@ class Table:
             max(target.version, head.protocol.version),
             tuple(sorted(set(target.features) | set(head.protocol.features))),
         )
-        changes = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
+        changes: dict[str, str | None] = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
+        return self._publish(head, Operation.UPGRADE_PROTOCOL, "upgrade", changes, protocol=target)
+
+    def _publish(
+        self,
+        head: Snapshot,
+        operation: Operation,
+        what: str,
+        changes: dict[str, str | None],
+        protocol: Protocol | None = None,
+    ) -> int:
+        """One table-administration commit based on ``head``; its version, or why not."""
         commit = Commit(
             commit_id=Commit.new_id(),
             table=self.name.qualified,
-            operation=Operation.UPGRADE_PROTOCOL,
+            operation=operation,
             base_version=head.offset,
-            writer_id=f"segcat-upgrade-{os.getpid()}",
+            writer_id=f"segcat-{what}-{os.getpid()}",
             timestamp_ms=int(time.time() * 1000),
             table_properties=changes,
-            protocol=target,
+            protocol=protocol,
         )
         offset = produce_commit(self.config, self.name, commit, self.info.max_message_bytes)
         return self.expect_accepted(commit, offset)
@@ -412,24 +425,14 @@ class Table:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _commit_table_properties(self, changes: dict[str, str | None], what: str) -> int:
-        """One SET_PROPERTIES commit of the lifecycle's reserved properties; its version, or why not."""
+    def _lifecycle_head(self, what: str) -> Snapshot:
+        """The head, dropped or not; ``InvalidArgument`` when the table lacks the lifecycle feature."""
         head = self.snapshot(include_dropped=True)
         if not lifecycle.has_feature(head.protocol):
             raise InvalidArgument(
                 f"{what} needs the protocol feature 'lifecycle'; run `segcat table upgrade {self.name}` first"
             )
-        commit = Commit(
-            commit_id=Commit.new_id(),
-            table=self.name.qualified,
-            operation=Operation.SET_PROPERTIES,
-            base_version=head.offset,
-            writer_id=f"segcat-{what.replace(' ', '-')}-{os.getpid()}",
-            timestamp_ms=int(time.time() * 1000),
-            table_properties=changes,
-        )
-        offset = produce_commit(self.config, self.name, commit, self.info.max_message_bytes)
-        return self.expect_accepted(commit, offset)
+        return head
 
     def log_start(self) -> int:
         """The first version still in Kafka (0 until the log is pruned)."""
@@ -447,11 +450,7 @@ class Table:
         log_pruning.check_retention(retain_versions, retain_age_ms)
         if self.files is None:
             raise InvalidArgument("pruning needs object storage (the history moves there)")
-        head = self.snapshot(include_dropped=True)
-        if not lifecycle.has_feature(head.protocol):
-            raise InvalidArgument(
-                f"pruning needs the protocol feature 'lifecycle': run `segcat table upgrade {self.name}`"
-            )
+        head = self._lifecycle_head("pruning")
         plan = log_pruning.plan_prune(
             self.config,
             self.name,
@@ -463,24 +462,23 @@ class Table:
         if dry_run or not plan.prunes:
             return PruneResult(plan, None)
         log_pruning.write_nulls(self.config, self.name, plan.nulls)
-        version = self._commit_table_properties(log_pruning.marker_properties(plan), "prune")
+        version = self._publish(head, Operation.SET_PROPERTIES, "prune", log_pruning.marker_properties(plan))
         return PruneResult(plan, version)
 
     def drop(self) -> int:
         """Drop the table: a commit in the log; readers and writers then get ``TableDropped``."""
-        head = self.snapshot(include_dropped=True)
+        head = self._lifecycle_head("drop")
         if head.dropped:
             raise TableDropped(f"table {self.name} is already dropped")
-        return self._commit_table_properties(
-            {lifecycle.DROPPED_PROPERTY: str(int(time.time() * 1000))}, "drop"
-        )
+        dropped_at = str(int(time.time() * 1000))
+        return self._publish(head, Operation.SET_PROPERTIES, "drop", {lifecycle.DROPPED_PROPERTY: dropped_at})
 
     def undrop(self) -> int:
         """Bring a dropped table back (before it is purged)."""
-        head = self.snapshot(include_dropped=True)
+        head = self._lifecycle_head("undrop")
         if not head.dropped:
             raise InvalidArgument(f"table {self.name} is not dropped")
-        return self._commit_table_properties({lifecycle.DROPPED_PROPERTY: None}, "undrop")
+        return self._publish(head, Operation.SET_PROPERTIES, "undrop", {lifecycle.DROPPED_PROPERTY: None})
 
     def lease(self, version: int, ttl_s: float = DEFAULT_LEASE_TTL_S, holder: str | None = None) -> HeldLease:
         """A lease on ``version`` (``with table.lease(v): ...``): vacuum keeps every file it needs

@@ -40,6 +40,7 @@ from segcat.catalog.protocol import locations
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
+from segcat.catalog.read.retention import check_duration, check_retain_versions
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
@@ -52,7 +53,6 @@ DEFAULT_GRACE_MS = 7 * 24 * 3600 * 1000
 DEFAULT_RETAIN_VERSIONS = 1
 """By default only the head is kept whatever its age, and the grace period protects time
 travel (files dropped less than 7 days ago stay), as Delta's VACUUM does."""
-MAX_DURATION_MS = 100 * 365 * 24 * 3600 * 1000
 BATCH = 1_000
 DELETE_THREADS = 4
 """Deletes per batch (S3's DeleteObjects takes 1,000 keys); batches run on a few threads."""
@@ -129,20 +129,6 @@ class VacuumReport:
         if with_files:
             out["files"] = [{"path": f.path, "bytes": f.size, "reason": f.reason} for f in self.files]
         return out
-
-
-def check_duration(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DURATION_MS:
-        raise InvalidArgument(f"{what} must be a duration from 0 to 100 years, not {value!r} ms")
-    return value
-
-
-def check_retain_versions(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**53:
-        raise InvalidArgument(
-            f"retain-versions must be an integer ≥ 1 (the head is always kept), not {value!r}"
-        )
-    return value
 
 
 def _property_int(properties: dict[str, str], key: str, default: int | None) -> int | None:

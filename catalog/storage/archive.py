@@ -89,8 +89,6 @@ class Archive:
     table: str | None = None
     others: tuple[ArchivedRecord, ...] = ()
     """Format 2: the records that were not accepted (format 1 archives kept none)."""
-    complete: bool = False
-    """Whether the archive holds every record of its range (format 2), not only the accepted ones."""
 
     def log_records(self) -> list[LogRecord]:
         """Every record the archive holds, in offset order, as the log held it."""
@@ -204,7 +202,7 @@ def decode_archive(data: bytes) -> Archive:
         else:
             others.append(ArchivedRecord(version, timestamp, columns["key"][i], value, outcomes[i]))
     name = table_name if isinstance(table_name, str) else None
-    return Archive(from_version, to_version, tuple(commits), name, tuple(others), format_version >= 2)
+    return Archive(from_version, to_version, tuple(commits), name, tuple(others))
 
 
 def _checksum(meta_json: bytes, table: pa.Table) -> str:

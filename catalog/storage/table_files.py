@@ -16,9 +16,9 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -37,6 +37,7 @@ from segcat.catalog.storage.keyframe import KeyFrame
 from segcat.catalog.storage.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _KEYFRAME_NAME = re.compile(r"(\d{20})\.parquet")
 _ARCHIVE_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
@@ -290,7 +291,8 @@ class TableFiles:
         caller can continue from Kafka after the last one it got.
         """
         plan = self.archive_plan(after_version, upto)
-        return self._iter_plan(plan, after_version, upto)
+        commits = (c for ref in plan for c in self.read_archive(ref).commits)
+        return _in_range(commits, lambda c: c.version, after_version, upto)
 
     def records_between(self, after_version: int, upto: int | None = None) -> Iterator[LogRecord]:
         """Every archived record with ``after_version < offset ≤ upto``, in order, as the log held it.
@@ -300,34 +302,24 @@ class TableFiles:
         (``ArchiveGap``); a damaged archive met while iterating raises ``CorruptArchive``.
         """
         plan = self.archive_plan(after_version, upto)
-        return self._iter_records(plan, after_version, upto)
-
-    def _iter_records(
-        self, plan: list[ArchiveRef], after_version: int, upto: int | None
-    ) -> Iterator[LogRecord]:
-        last = after_version
-        for ref in plan:
-            for record in self.read_archive(ref).log_records():
-                if record.offset <= last:
-                    continue
-                if upto is not None and record.offset > upto:
-                    return
-                last = record.offset
-                yield record
+        records = (r for ref in plan for r in self.read_archive(ref).log_records())
+        return _in_range(records, lambda r: r.offset, after_version, upto)
 
     def archived_upto(self) -> int:
         """The last offset the archives cover without a gap, from the start of the log or (once
         history retention removed the oldest) from the oldest key frame kept; -1: none."""
-        if not self.archives():
-            return -1
-        frames = self.keyframe_versions()
-        for start in (-1, *frames[:1]):
+        try:
+            plan = self.archive_plan(-1)
+        except ArchiveGap:  # history retention removed the oldest: chain from the oldest key frame
+            frames = self.keyframe_versions()
+            if not frames:
+                return -1
             try:
-                plan = self.archive_plan(start)
+                plan = self.archive_plan(frames[0])
             except ArchiveGap:
-                continue
-            return plan[-1].to_version if plan else start
-        return -1
+                return -1
+            return plan[-1].to_version if plan else frames[0]
+        return plan[-1].to_version if plan else -1
 
     def first_after_time(self, timestamp_ms: int, before: int) -> int | None:
         """The first archived offset below ``before`` whose broker time is > ``timestamp_ms``;
@@ -359,19 +351,6 @@ class TableFiles:
         frames = self.keyframe_versions()
         return frames[0] if frames else None
 
-    def _iter_plan(
-        self, plan: list[ArchiveRef], after_version: int, upto: int | None
-    ) -> Iterator[ArchivedCommit]:
-        last = after_version
-        for ref in plan:
-            for commit in self.read_archive(ref).commits:
-                if commit.version <= last:
-                    continue
-                if upto is not None and commit.version > upto:
-                    return
-                last = commit.version
-                yield commit
-
     # ------------------------------------------------------------------ helpers
 
     def _warn(self, event: str, version: int | None, path: str, reason: str) -> None:
@@ -390,6 +369,19 @@ class TableFiles:
                 "reason": reason,
             },
         )
+
+
+def _in_range(items: Iterable[T], offset: Callable[[T], int], after: int, upto: int | None) -> Iterator[T]:
+    """``items`` (in offset order, ranges may overlap) with ``after < offset ≤ upto``, each once."""
+    last = after
+    for item in items:
+        at = offset(item)
+        if at <= last:
+            continue
+        if upto is not None and at > upto:
+            return
+        last = at
+        yield item
 
 
 def _check_version(version: int) -> None:
