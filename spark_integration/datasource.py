@@ -19,12 +19,12 @@ version) | ``latest`` (versions after the head at start) | N (versions ≥ N);
 the ``segcat.*`` service options of ``spark_integration.source_options(config)``.
 
 While a micro-batch is processed the planner holds a version lease (``catalog.read.lease``) on
-its end version: taken when ``partitions`` plans the batch, released when the next batch is
-planned or the stream stops (so between batches the last version processed stays leased: a
-``foreachBatch`` sink that reads the data of the versions it is handed finds their files). Spark
-ends a stopped query's planner process with SIGTERM, without calling ``stop``: the planner
-therefore releases its leases on SIGTERM (when nothing else handles that signal there), then
-dies as it would have; a planner killed outright leaves its lease to expire after its TTL. If
+its end version: taken when ``partitions`` plans the batch (a ``foreachBatch`` sink that reads
+the data of the versions it is handed finds their files), released when Spark commits the
+batch (``commit``), when the next batch is planned, or when the stream stops. Spark may end a
+stopped query's planner process with SIGTERM without calling ``stop``: the planner then
+releases its lease on SIGTERM (when nothing else handles that signal there) and dies as it
+would have; a planner killed outright leaves its lease to expire after its TTL. If
 Redis cannot be reached the stream runs on without the lease (one warning).
 
 Batch (``spark.read.format("segcat")``): with ``versionAsOf`` or ``timestampAsOf`` (or
@@ -370,6 +370,10 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from partition.rows
 
     def commit(self, end: dict[str, Any]) -> None:
+        """Spark finished the batches up to ``end``: their lease goes (the next plan takes a new one)."""
+        if self._lease is not None and self._lease.version <= int(end["version"]):
+            self._lease.release()
+            self._lease = None
         if self._follower is not None:
             self._follower.forget(int(end["version"]))
 
