@@ -78,13 +78,18 @@ class _Segcat(click.Group):
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), "materializer"})
+        return sorted({*super().list_commands(ctx), "materializer", "serve"})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name == "materializer":
             from segcat.materializer.command import materializer_cmd
 
             return materializer_cmd
+        if cmd_name == "serve":
+            from segcat.server.command import serve_cmd
+
+            _with_verbosity(serve_cmd)
+            return serve_cmd
         return super().get_command(ctx, cmd_name)
 
 

@@ -6,12 +6,12 @@ decimal integers in a stated range and say which range when they refuse.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import TYPE_CHECKING
 
 import click
 
+from segcat.catalog.read.as_of import parse_as_of
 from segcat.catalog.read.retention import MAX_DURATION_MS
 
 if TYPE_CHECKING:  # click ≥ 8.2 makes ParamType generic; subscripting it at run time needs that
@@ -81,19 +81,6 @@ class AsOf(_IntType):
                 f"{value!s:.40} is not a time a Kafka log can hold (from 1970 on, in epoch ms)", param, ctx
             )
         return ms
-
-
-def parse_as_of(value: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC when no zone is given); ``ValueError`` otherwise."""
-    if _INTEGER.fullmatch(value) and len(value) <= 40:
-        return int(value)
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{value[:40]!r} is neither epoch milliseconds nor ISO-8601") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return (parsed - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
 
 
 AS_OF = AsOf()

@@ -6,8 +6,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from segcat.catalog.config import Config
@@ -141,6 +141,21 @@ class TopicAdmin:
                 except ValueError:
                     continue
         return sorted(names)
+
+    def log_ends(self, names: list[TableName]) -> dict[TableName, int]:
+        """Each table's newest record offset (-1: empty topic), in one ListOffsets request."""
+        if not names:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        wanted = {TopicPartition(name.topic, 0): latest for name in names}
+        try:
+            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+            ends = {tp.topic: future.result(timeout=self._timeout).offset for tp, future in futures.items()}
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"cannot read the log ends of {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+        return {name: int(ends[name.topic]) - 1 for name in names}
 
     def delete(self, name: TableName) -> None:
         future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]

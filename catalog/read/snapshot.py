@@ -149,6 +149,19 @@ class Snapshot:
         rows = rows.sort_by("segment_id")
         return keyframe.decode_segments(rows.column("segment_avro").to_pylist(), self._view.layout)
 
+    def segment_page(self, after: str | None, limit: int) -> list[Segment]:
+        """Up to ``limit`` live segments with ids after ``after``, ordered by id; only those are decoded."""
+        rows = self._view.rows
+        if after is not None and rows.num_rows:
+            rows = rows.filter(pc.greater(rows.column("segment_id"), pa.scalar(after, pa.string())))
+        if rows.num_rows == 0 or limit <= 0:
+            return []
+        indices = pc.select_k_unstable(
+            rows, k=min(limit, rows.num_rows), sort_keys=[("segment_id", "ascending")]
+        )
+        page = rows.take(indices).sort_by("segment_id")
+        return keyframe.decode_segments(page.column("segment_avro").to_pylist(), self._view.layout)
+
     def files(self) -> list[str]:
         """Absolute paths / URIs of the live segment files (in no particular order).
 

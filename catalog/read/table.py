@@ -40,11 +40,21 @@ from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease, acquire_lease
 from segcat.catalog.read.log_pruning import PruneResult
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
-from segcat.catalog.read.watch import Watcher
+from segcat.catalog.read.watch import VersionChange, Watcher, change_from_delta
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One judged record and the table's live segments, rows and bytes after it."""
+
+    applied: Applied
+    live_count: int
+    live_rows: int
+    live_bytes: int
 
 
 @dataclass(frozen=True)
@@ -390,16 +400,24 @@ class Table:
         Judging starts from the newest key frame before ``start`` (Redis or object storage),
         so listing the tail of a long log does not replay it from offset 0.
         """
-        collected: list[Applied] = []
+        for entry in self.timeline(start, end):
+            yield entry.applied
+
+    def timeline(self, start: int = 0, end: int | None = None) -> list[TimelineEntry]:
+        """``records``, each with the table's live totals after it (what dashboards plot)."""
+        collected: list[TimelineEntry] = []
+
+        def remember(applied: Applied, state: TableState) -> None:
+            if applied.verdict.offset >= start:
+                collected.append(TimelineEntry(applied, state.live_count, state.live_rows, state.live_bytes))
+
         with Follower(self.config, self.name, self._image_before(start), files=self.files) as follower:
             upto = follower.log_end() if end is None else end - 1
             try:
-                follower.catch_up(upto, listener=lambda applied, _: collected.append(applied), exact=True)
+                follower.catch_up(upto, listener=remember, exact=True)
             except LogPruned as exc:
                 raise self._expired(start) or exc from exc
-        for applied in collected:
-            if applied.verdict.offset >= start:
-                yield applied
+        return collected
 
     def _image_before(self, start: int) -> TableState:
         """The rules' (light) image at offset ``start - 1``, or an earlier one the caller replays from."""
@@ -489,6 +507,20 @@ class Table:
         """Every accepted version after ``from_version`` (default: the current head), gap-free."""
         start = self.snapshot().version if from_version is None else from_version
         return Watcher(self.config, self.name, self.redis, self.files, start, poll_s=poll_s)
+
+    def changes(self, after: int, upto: int) -> list[VersionChange]:
+        """The accepted versions in (``after``, ``upto``], judged here from the log and the archives:
+        what ``watch`` would deliver, without waiting for the materializer."""
+        found: list[VersionChange] = []
+        if upto <= after:
+            return found
+        prev = after
+        for applied in self.records(after + 1, upto + 1):
+            delta = applied.delta
+            if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None:
+                found.append(change_from_delta(self.name.qualified, prev, delta, "kafka"))
+                prev = delta.version
+        return found
 
     def diff(self, from_version: int, to_version: int) -> SnapshotDiff:
         """Segments to load and unload between two versions (both must exist)."""

@@ -58,7 +58,8 @@ def _from_event(event: VersionEvent) -> VersionChange:
     )
 
 
-def _from_delta(table: str, prev: int, delta: CommitDelta, source: str) -> VersionChange:
+def change_from_delta(table: str, prev: int, delta: CommitDelta, source: str) -> VersionChange:
+    """The change an accepted version makes, ``prev`` being the accepted version before it."""
     return VersionChange(
         table,
         delta.version,
@@ -176,7 +177,7 @@ class Watcher:
     def _emit(self, items: list[CommitDelta], source: str) -> Iterator[VersionChange]:
         for delta in items:
             if delta.version > self.last:
-                change = _from_delta(self._name.qualified, self.last, delta, source)
+                change = change_from_delta(self._name.qualified, self.last, delta, source)
                 self.last = delta.version
                 yield change
 

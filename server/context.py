@@ -1,0 +1,29 @@
+"""What every request handler shares: the catalog's tables, activity counts, version feeds, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from segcat.catalog.config import Config
+from segcat.server.activity import ActivityTracker
+from segcat.server.metrics import ServeMetrics
+from segcat.server.settings import ServeSettings
+from segcat.server.table_directory import TableDirectory
+from segcat.server.version_feed import FeedHub
+
+
+@dataclass
+class ServerContext:
+    config: Config
+    settings: ServeSettings
+    tables: TableDirectory
+    activity: ActivityTracker
+    feeds: FeedHub
+    metrics: ServeMetrics
+
+
+def context(request: Request) -> ServerContext:
+    found: ServerContext = request.app.state.segcat
+    return found

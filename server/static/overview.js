@@ -1,0 +1,205 @@
+// segcat dashboard, overview (/): every table, live from /api/events, rates and lag from
+// /api/tables every 5 s.
+'use strict';
+
+const REFRESH_MS = 5000;
+
+/** table name -> {head, row, cells}; head is the last TableHead, advanced by events. */
+const tables = new Map();
+let refetchTimer = null;
+let fetching = null;
+
+function tableUrl(name) {
+  return `/tables/${encodeURIComponent(name)}`;
+}
+
+function perMinute(activity, key) {
+  if (!activity || !isNum(activity[key])) return null;
+  const windowS = isNum(activity.window_s) && activity.window_s > 0 ? activity.window_s : 60;
+  return (activity[key] * 60) / windowS;
+}
+
+function buildRow(name) {
+  const cells = {
+    name: el('a', { href: tableUrl(name), class: 'table-link', text: name }),
+    flags: el('span', { class: 'flags' }),
+    version: el('td', { class: 'num version' }),
+    segments: el('td', { class: 'num segments' }),
+    rows: el('td', { class: 'num rows' }),
+    bytes: el('td', { class: 'num bytes' }),
+    ago: el('span', { class: 'ago' }),
+    commits: el('td', { class: 'num commits' }),
+    conflicts: el('td', { class: 'num conflicts' }),
+    lag: el('td', { class: 'num lag' }),
+  };
+  const row = el(
+    'tr',
+    { dataset: { table: name } },
+    el('td', { class: 'name' }, cells.name, cells.flags),
+    cells.version,
+    cells.segments,
+    cells.rows,
+    cells.bytes,
+    el('td', { class: 'when' }, cells.ago),
+    cells.commits,
+    cells.conflicts,
+    cells.lag,
+  );
+  return { row, cells, head: null };
+}
+
+function render(entry) {
+  const { head, cells, row } = entry;
+  setText(cells.version, isNum(head.version) ? String(head.version) : '—');
+  setText(cells.segments, fmtInt(head.live_segments));
+  cells.rows.title = isNum(head.live_rows) ? `${fmtInt(head.live_rows)} rows` : '';
+  setText(cells.rows, fmtCount(head.live_rows));
+  cells.bytes.title = isNum(head.live_bytes) ? `${fmtInt(head.live_bytes)} bytes` : '';
+  setText(cells.bytes, fmtBytes(head.live_bytes));
+  setAgo(cells.ago, head.timestamp_ms);
+
+  const commits = perMinute(head.activity, 'commits');
+  const conflicts = perMinute(head.activity, 'conflicts');
+  setText(cells.commits, fmtRate(commits));
+  setText(cells.conflicts, fmtRate(conflicts));
+  cells.conflicts.classList.toggle('warn', isNum(conflicts) && conflicts > 0);
+  if (head.activity) {
+    const parts = [];
+    for (const [k, v] of Object.entries(head.activity.by_operation || {})) parts.push(`${k}: ${v}`);
+    for (const [k, v] of Object.entries(head.activity.by_outcome || {})) parts.push(`${k}: ${v}`);
+    cells.commits.title = `last ${head.activity.window_s ?? 60} s — ${parts.join(', ') || 'nothing'}`;
+    cells.conflicts.title = cells.commits.title;
+  }
+
+  const lag = head.materializer_lag;
+  setText(cells.lag, isNum(lag) ? fmtInt(lag) : '—');
+  cells.lag.title = isNum(lag) ? `${fmtInt(lag)} log records behind` : 'no materialized head in Redis';
+  cells.lag.classList.toggle('warn', isNum(lag) && lag > 0 && lag <= 100);
+  cells.lag.classList.toggle('bad', isNum(lag) && lag > 100);
+
+  cells.flags.replaceChildren();
+  if (head.dropped) cells.flags.append(el('span', { class: 'badge dropped', text: 'dropped' }));
+  if (head.error) cells.flags.append(el('span', { class: 'badge error-badge', title: head.error, text: 'error' }));
+  else if (!isNum(head.version)) cells.flags.append(el('span', { class: 'badge muted-badge', text: 'not materialized' }));
+  row.classList.toggle('is-dropped', Boolean(head.dropped));
+}
+
+function applyFilter() {
+  const needle = document.getElementById('filter').value.trim().toLowerCase();
+  for (const [name, entry] of tables) entry.row.hidden = Boolean(needle) && !name.toLowerCase().includes(needle);
+}
+
+function updateSummary() {
+  let rows = 0;
+  let bytes = 0;
+  let segments = 0;
+  for (const { head } of tables.values()) {
+    if (head.dropped) continue;
+    rows += isNum(head.live_rows) ? head.live_rows : 0;
+    bytes += isNum(head.live_bytes) ? head.live_bytes : 0;
+    segments += isNum(head.live_segments) ? head.live_segments : 0;
+  }
+  setText(
+    document.getElementById('summary'),
+    `${fmtInt(tables.size)} table${tables.size === 1 ? '' : 's'} · ${fmtInt(segments)} segments · ` +
+      `${fmtCount(rows)} rows · ${fmtBytes(bytes)}`,
+  );
+  document.getElementById('empty').hidden = tables.size > 0;
+}
+
+/** Merges a fetched head: events may already have moved a table past its materialized head. */
+function merge(entry, fetched) {
+  const known = entry.head;
+  if (known && isNum(known.version) && (!isNum(fetched.version) || fetched.version < known.version)) {
+    entry.head = {
+      ...fetched,
+      version: known.version,
+      timestamp_ms: known.timestamp_ms,
+      live_segments: known.live_segments,
+      live_rows: known.live_rows,
+      live_bytes: known.live_bytes,
+    };
+  } else {
+    entry.head = fetched;
+  }
+}
+
+async function refresh() {
+  if (fetching) return fetching;
+  fetching = (async () => {
+    try {
+      const body = await api('/api/tables');
+      const heads = (body.tables || []).slice().sort((a, b) => a.table.localeCompare(b.table));
+      const body_ = document.getElementById('tables-body');
+      const seen = new Set();
+      for (const head of heads) {
+        seen.add(head.table);
+        let entry = tables.get(head.table);
+        if (!entry) {
+          entry = buildRow(head.table);
+          tables.set(head.table, entry);
+        }
+        merge(entry, head);
+        render(entry);
+      }
+      for (const [name, entry] of tables) {
+        if (!seen.has(name)) {
+          entry.row.remove();
+          tables.delete(name);
+        }
+      }
+      // keep the rows in name order (append moves existing nodes)
+      body_.append(...heads.map((h) => tables.get(h.table).row));
+      applyFilter();
+      updateSummary();
+      clearBanner();
+    } catch (err) {
+      if (err.status !== 401) showBanner(`Could not load the tables: ${err.message}`);
+    } finally {
+      fetching = null;
+    }
+  })();
+  return fetching;
+}
+
+function scheduleRefresh(delayMs) {
+  if (refetchTimer !== null) return;
+  refetchTimer = setTimeout(() => {
+    refetchTimer = null;
+    refresh();
+  }, delayMs);
+}
+
+function onVersion(event) {
+  const entry = tables.get(event.table);
+  if (!entry) {
+    scheduleRefresh(200); // a table created since the list was read
+    return;
+  }
+  const head = { ...entry.head };
+  if (isNum(head.version) && isNum(event.version) && event.version <= head.version) return; // already known
+  const added = Array.isArray(event.added) ? event.added.length : 0;
+  const dropped = Array.isArray(event.dropped) ? event.dropped.length : 0;
+  const exact = isNum(head.version) && event.prev_version === head.version;
+  head.version = event.version;
+  head.timestamp_ms = event.timestamp_ms;
+  if (isNum(head.live_segments)) head.live_segments += added - dropped;
+  if (isNum(head.live_rows) && isNum(event.rows_delta)) head.live_rows += event.rows_delta;
+  if (isNum(head.live_bytes) && isNum(event.bytes_delta)) head.live_bytes += event.bytes_delta;
+  entry.head = head;
+  render(entry);
+  updateSummary();
+  flash(entry.row);
+  // a gap (or a delta the server could not give) is corrected by the next list
+  if (!exact || !isNum(event.rows_delta) || !isNum(event.bytes_delta)) scheduleRefresh(500);
+}
+
+document.getElementById('filter').addEventListener('input', applyFilter);
+
+refresh().then(() => {
+  if (authNeeded) return;
+  openEvents('/api/events', onVersion);
+  setInterval(() => {
+    if (!authNeeded) refresh();
+  }, REFRESH_MS);
+});

@@ -1,0 +1,99 @@
+"""The JSON shapes of the API (docs/HTTP_API.md): heads, records, segments, version events."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from segcat.catalog.protocol.jsonio import segment_to_json
+from segcat.catalog.protocol.model import Segment
+from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.table import TimelineEntry
+from segcat.catalog.read.watch import VersionChange
+from segcat.catalog.storage.redis import Head
+
+
+def materialized(head: Head | None, log_end: int | None) -> dict[str, Any]:
+    """What the materializer has done for a table: its head's offset and key frame, and the lag."""
+    if head is None:
+        return {
+            "materialized_offset": None,
+            "materialized_version": None,
+            "keyframe_version": None,
+            "materializer_lag": None,
+        }
+    lag = None if log_end is None else max(log_end - head.offset, 0)
+    return {
+        "materialized_offset": head.offset,
+        "materialized_version": head.version,
+        "keyframe_version": head.keyframe_version,
+        "materializer_lag": lag,
+    }
+
+
+def head_from_redis(name: str, head: Head | None, log_end: int | None) -> dict[str, Any]:
+    """A table in the overview: the materialized head (cheap), numbers null until there is one."""
+    return {
+        "table": name,
+        "version": None if head is None else head.version,
+        "timestamp_ms": None if head is None else head.timestamp_ms,
+        "live_segments": None if head is None else head.live_count,
+        "live_rows": None if head is None else head.live_rows,
+        "live_bytes": None if head is None else head.live_bytes,
+        "log_end": log_end,
+        **materialized(head, log_end),
+    }
+
+
+def head_from_snapshot(snap: Snapshot, head: Head | None, log_end: int) -> dict[str, Any]:
+    """A table's exact head (the log's end judged) and what the materializer holds of it."""
+    return {
+        "table": snap.table,
+        "version": snap.version,
+        "timestamp_ms": snap.timestamp_ms,
+        "live_segments": snap.live_count,
+        "live_rows": snap.live_rows,
+        "live_bytes": snap.live_bytes,
+        "log_start": snap.log_start,
+        "log_end": log_end,
+        "dropped": snap.dropped,
+        **materialized(head, log_end),
+        "protocol": {"rules_version": snap.protocol.version, "features": list(snap.protocol.features)},
+        "schema": snap.schema,
+        "properties": snap.properties,
+        "tombstones": [{"predicate": t.predicate, "version": t.version} for t in snap.tombstones],
+    }
+
+
+def record(entry: TimelineEntry) -> dict[str, Any]:
+    applied = entry.applied
+    verdict, commit = applied.verdict, applied.commit
+    return {
+        "offset": verdict.offset,
+        "timestamp_ms": applied.timestamp_ms,
+        "outcome": verdict.outcome.value,
+        "rule": None if verdict.rule is None else str(verdict.rule),
+        "detail": verdict.detail,
+        "conflicting_version": verdict.conflicting_version,
+        "original_version": verdict.original_version,
+        "commit_id": None if commit is None else commit.commit_id,
+        "operation": None if commit is None else commit.operation.value,
+        "writer_id": None if commit is None else commit.writer_id,
+        "base_version": None if commit is None else commit.base_version,
+        "adds": 0 if commit is None else len(commit.adds),
+        "drops": 0 if commit is None else len(commit.drops),
+        "commit_properties": {} if commit is None else dict(commit.properties),
+        "live_segments": entry.live_count,
+        "live_rows": entry.live_rows,
+        "live_bytes": entry.live_bytes,
+    }
+
+
+def segments(items: list[Segment] | tuple[Segment, ...]) -> list[dict[str, Any]]:
+    return [segment_to_json(s) for s in items]
+
+
+def version_event(change: VersionChange) -> dict[str, Any]:
+    event = asdict(change)
+    event.pop("source", None)
+    return event
