@@ -21,7 +21,9 @@ from segcat.server.metrics import ServeMetrics
 log = logging.getLogger("segcat.serve.access")
 
 COOKIE = "segcat_token"
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+"""Health probes, and the dashboard's pages and files (no data: they ask the API, which needs the token)."""
+OPEN_PREFIXES = ("/static/", "/tables/")
 
 
 class AccessControl:
@@ -45,13 +47,13 @@ class AccessControl:
             await send(message)
 
         try:
-            if self.token is not None and path not in OPEN_PATHS and scope.get("method") != "OPTIONS":
+            if self.token is not None and scope.get("method") != "OPTIONS":
                 query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
                 offered = query.get("token")
                 if offered is not None and scope.get("method") == "GET":
                     await self._login(scope, query, offered, observed)
                     return
-                if not self._authorised(scope):
+                if not _open(path) and not self._authorised(scope):
                     await _unauthorised(observed)
                     return
             await self.app(scope, receive, observed)
@@ -127,6 +129,10 @@ async def _unauthorised(send: Send) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 def _route(scope: Scope) -> str:

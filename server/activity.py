@@ -39,15 +39,25 @@ class ActivityTracker:
             return self._locks.setdefault(name, threading.Lock())
 
     def activity(
-        self, name: str, log_end: int, open_table: Callable[[], Table], head: Head | None = None
-    ) -> dict[str, Any]:
-        """The counts for ``name`` up to ``log_end``; ``head`` (the materialized one) may spare a replay."""
+        self,
+        name: str,
+        log_end: int,
+        open_table: Callable[[], Table],
+        head: Head | None = None,
+        *,
+        unmaterialized_unknown: bool = False,
+    ) -> dict[str, Any] | None:
+        """The counts for ``name`` up to ``log_end``; ``head`` (the materialized one) may spare a replay.
+        With ``unmaterialized_unknown``: None for a table Redis holds no head of (the overview of a
+        catalog the materializer has not reached would otherwise replay every table)."""
         now_ms = int(time.time() * 1000)
         since = now_ms - self.window_ms
         with self._lock(name):
             recent = self._tables.get(name)
             if recent is None and _idle(head, log_end, since):
                 return self._counts(deque())
+            if recent is None and head is None and unmaterialized_unknown:
+                return None
             if recent is None:
                 table = open_table()
                 start = table.resolve_version(as_of_ms=max(since, 0)).bound + 1

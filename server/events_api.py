@@ -9,8 +9,8 @@ version (it was created since), a table known when a fresh stream starts at its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -23,9 +23,11 @@ from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.watch import VersionChange
 from segcat.server import views
 from segcat.server.context import ServerContext, context
+from segcat.server.table_scout import PROBE_S
 from segcat.server.version_feed import TableFeed
 
 router = APIRouter(tags=["events"])
+log = logging.getLogger("segcat.serve")
 Ctx = Annotated[ServerContext, Depends(context)]
 MAX_CURSOR = 1_000_000
 
@@ -113,14 +115,26 @@ async def all_events(
     async def stream() -> AsyncIterator[ServerSentEvent]:
         merged: asyncio.Queue[tuple[str, VersionChange]] = asyncio.Queue(10_000)
         followers: dict[str, asyncio.Task[None]] = {}
+        admin = ctx.tables.catalog.admin
+        names = await asyncio.to_thread(ctx.tables.names)
+        ends_then = await asyncio.to_thread(admin.log_ends, names)  # before the lookup below: no gap
+        firsts = await asyncio.to_thread(admin.first_offsets_after, names, start_ms)
+        since: dict[str, int] = {n.qualified: first - 1 for n, first in firsts.items() if first is not None}
+        """Unnamed tables with records after the start: follow them after the record before."""
 
         async def follow(feed: TableFeed) -> None:
-            after = positions.get(feed.name)
-            if after is None:
-                resolved = await asyncio.to_thread(feed.table.resolve_version, None, start_ms)
-                after = resolved.bound
-            async for change in feed.follow(after):
-                await merged.put((feed.name, change))
+            try:
+                after = positions.get(feed.name, since.get(feed.name))
+                if after is None:
+                    after = (await asyncio.to_thread(feed.table.resolve_version, None, start_ms)).bound
+                async for change in feed.follow(after):
+                    await merged.put((feed.name, change))
+            except SegcatError as exc:  # this table's trouble ends its part of the stream, not the rest
+                log.warning(
+                    "a table left the all-tables stream", extra={"table": feed.name, "reason": str(exc)}
+                )
+            except Exception:
+                log.exception("a table left the all-tables stream", extra={"table": feed.name})
 
         def start(feed: TableFeed) -> None:
             if feed.name not in followers:
@@ -130,13 +144,20 @@ async def all_events(
             while True:
                 start(await queue.get())
 
+        async def compare_ends() -> None:
+            """Tables whose log moved since the stream began (the materializer may be down)."""
+            while True:
+                await asyncio.sleep(PROBE_S)
+                for name, end in ctx.feeds.latest_ends().items():
+                    if name.qualified not in followers and end != ends_then.get(name, -1):
+                        ctx.feeds.moved(name.qualified)
+
         existing, added = ctx.feeds.new_feeds()
         for feed in existing:
             start(feed)
-        for name in positions:  # tables named by the cursor: resume them now
-            with contextlib.suppress(SegcatError):
-                start(await ctx.feeds.feed(await asyncio.to_thread(ctx.tables.open, name)))
-        starter = asyncio.create_task(start_new(added))
+        for name in {*positions, *since}:
+            ctx.feeds.moved(name)
+        tasks = [asyncio.create_task(start_new(added)), asyncio.create_task(compare_ends())]
         ctx.metrics.sse_clients.inc()
         try:
             while True:
@@ -149,8 +170,7 @@ async def all_events(
         finally:
             ctx.metrics.sse_clients.dec()
             ctx.feeds.forget(added)
-            starter.cancel()
-            for task in followers.values():
+            for task in [*tasks, *followers.values()]:
                 task.cancel()
 
     return EventSourceResponse(stream(), ping=ctx.settings.keepalive_s, headers=_NO_BUFFERING)

@@ -1,9 +1,8 @@
-"""Which tables just moved: for the all-tables stream, without a feed per table in the catalog.
+"""Which tables move, for the all-tables stream, without a feed per table of the catalog.
 
 Redis' global channel names a table the moment the materializer publishes one of its
-versions; a ListOffsets request over every table (every ``PROBE_S``) names the tables whose
-log moved while the materializer is down. Each named table then gets a feed of its own
-(``FeedHub.feed``), which delivers its versions gap-free.
+versions; a ListOffsets request over every table (every ``PROBE_S``) keeps ``ends`` current
+for the streams to compare with what they saw when they began (the materializer may be down).
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ class TableScout:
         self._catalog = catalog
         self._on_moved = on_moved
         self._stopped = threading.Event()
-        self._ends: dict[TableName, int] | None = None
+        self.ends: dict[TableName, int] = {}
+        """Every table's log end as of the last probe."""
         self._threads = [
             threading.Thread(target=self._listen, name="segcat-scout-pubsub", daemon=True),
             threading.Thread(target=self._probe, name="segcat-scout-probe", daemon=True),
@@ -54,15 +54,9 @@ class TableScout:
         while not self._stopped.wait(PROBE_S):
             try:
                 names = self._catalog.list_tables()
-                ends = self._catalog.admin.log_ends(names)
+                self.ends = self._catalog.admin.log_ends(names)
             except SegcatError as exc:
                 log.info("probe of the log ends failed", extra={"reason": str(exc)})
-                continue
-            if self._ends is not None:
-                for name, end in ends.items():
-                    if end != self._ends.get(name, -1):
-                        self._on_moved(name.qualified)
-            self._ends = ends
 
     def stop(self) -> None:
         self._stopped.set()

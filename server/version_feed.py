@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from segcat.catalog.errors import SegcatError
+from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.watch import VersionChange, Watcher
 from segcat.server.table_scout import TableScout
@@ -76,6 +77,8 @@ class TableFeed:
                 log.warning("feed interrupted, retrying", extra={"table": self.name, "reason": str(exc)})
                 self._stopped.wait(RETRY_S)
             except Exception:
+                if self._stopped.is_set():
+                    return
                 log.exception("feed failed, retrying", extra={"table": self.name})
                 self._stopped.wait(RETRY_S)
 
@@ -103,7 +106,7 @@ class TableFeed:
         self._stopped.set()
         watcher = self._watcher
         if watcher is not None:
-            watcher.close()
+            watcher.stop()
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -225,14 +228,18 @@ class FeedHub:
         queue: asyncio.Queue[TableFeed] = asyncio.Queue()
         self._listeners.add(queue)
         if self._scout is None:
-            self._scout = TableScout(self._catalog, self._moved)
+            self._scout = TableScout(self._catalog, self.moved)
         return self.feeds(), queue
+
+    def latest_ends(self) -> dict[TableName, int]:
+        """Every table's log end as the scout last saw it (empty before its first probe)."""
+        return {} if self._scout is None else self._scout.ends
 
     def forget(self, queue: asyncio.Queue[TableFeed]) -> None:
         self._listeners.discard(queue)
 
-    def _moved(self, name: str) -> None:
-        """From the scout's threads: ``name`` moved; make sure it has a feed."""
+    def moved(self, name: str) -> None:
+        """``name`` moved (from any thread): make sure it has a feed."""
         loop = self._loop
         if name in self._feeds or name in self._opening or loop is None:
             return

@@ -24,9 +24,8 @@ def serving(config: Config, **options: Any) -> Iterator[str]:
         yield url
 
 
-def read_events(response: httpx.Response, count: int) -> list[tuple[str, dict[str, Any]]]:
-    """The next ``count`` SSE events of a streaming response, as (id, data)."""
-    events: list[tuple[str, dict[str, Any]]] = []
+def iter_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The SSE events of a streaming response as they come, as (id, data)."""
     event_id, data = "", ""
     for line in response.iter_lines():
         if line.startswith("id:"):
@@ -34,8 +33,17 @@ def read_events(response: httpx.Response, count: int) -> list[tuple[str, dict[st
         elif line.startswith("data:"):
             data = line[5:].strip()
         elif line == "" and data:
-            events.append((event_id, json.loads(data)))
+            yield event_id, json.loads(data)
             event_id, data = "", ""
-            if len(events) >= count:
-                break
+
+
+def read_events(response: httpx.Response, count: int) -> list[tuple[str, dict[str, Any]]]:
+    """The next ``count`` SSE events of a streaming response, as (id, data)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    if count <= 0:
+        return events
+    for event in iter_events(response):
+        events.append(event)
+        if len(events) >= count:
+            break
     return events

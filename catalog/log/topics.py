@@ -157,6 +157,22 @@ class TopicAdmin:
             ) from exc
         return {name: int(ends[name.topic]) - 1 for name in names}
 
+    def first_offsets_after(self, names: list[TableName], timestamp_ms: int) -> dict[TableName, int | None]:
+        """Each table's first record with a broker time after ``timestamp_ms`` (None: no such record),
+        in one ListOffsets request."""
+        if not names:
+            return {}
+        spec = OffsetSpec.for_timestamp(timestamp_ms + 1)
+        wanted = {TopicPartition(name.topic, 0): spec for name in names}
+        try:
+            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+            found = {tp.topic: future.result(timeout=self._timeout).offset for tp, future in futures.items()}
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"cannot look up times in {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+        return {name: (None if found[name.topic] < 0 else int(found[name.topic])) for name in names}
+
     def delete(self, name: TableName) -> None:
         future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]
         try:

@@ -104,6 +104,10 @@ class Watcher:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def stop(self) -> None:
+        """Ask the iterating thread to finish (safe from any thread: it releases what it holds)."""
+        self._closed = True
+
     def close(self) -> None:
         self._closed = True
         self._drop_subscription()

@@ -8,6 +8,7 @@ const REFRESH_MS = 5000;
 const tables = new Map();
 let refetchTimer = null;
 let fetching = null;
+let loaded = false;
 
 function tableUrl(name) {
   return `/tables/${encodeURIComponent(name)}`;
@@ -50,7 +51,8 @@ function buildRow(name) {
 
 function render(entry) {
   const { head, cells, row } = entry;
-  setText(cells.version, isNum(head.version) ? String(head.version) : '—');
+  setText(cells.version, isNum(head.version) && head.version >= 0 ? String(head.version) : '—');
+  cells.version.title = isNum(head.log_end) ? `log end: offset ${head.log_end}` : '';
   setText(cells.segments, fmtInt(head.live_segments));
   cells.rows.title = isNum(head.live_rows) ? `${fmtInt(head.live_rows)} rows` : '';
   setText(cells.rows, fmtCount(head.live_rows));
@@ -93,18 +95,22 @@ function updateSummary() {
   let rows = 0;
   let bytes = 0;
   let segments = 0;
-  for (const { head } of tables.values()) {
-    if (head.dropped) continue;
+  for (const { head, row } of tables.values()) {
+    if (head.dropped || row.hidden) continue;
     rows += isNum(head.live_rows) ? head.live_rows : 0;
     bytes += isNum(head.live_bytes) ? head.live_bytes : 0;
     segments += isNum(head.live_segments) ? head.live_segments : 0;
   }
+  const shown = [...tables.values()].filter((entry) => !entry.row.hidden).length;
+  const count = shown === tables.size ? fmtInt(tables.size) : `${fmtInt(shown)} of ${fmtInt(tables.size)}`;
   setText(
     document.getElementById('summary'),
-    `${fmtInt(tables.size)} table${tables.size === 1 ? '' : 's'} · ${fmtInt(segments)} segments · ` +
+    `${count} table${tables.size === 1 ? '' : 's'} · ${fmtInt(segments)} segments · ` +
       `${fmtCount(rows)} rows · ${fmtBytes(bytes)}`,
   );
-  document.getElementById('empty').hidden = tables.size > 0;
+  const empty = document.getElementById('empty');
+  empty.hidden = tables.size > 0;
+  setText(empty, loaded ? 'No tables yet.' : 'Loading the tables…');
 }
 
 /** Merges a fetched head: events may already have moved a table past its materialized head. */
@@ -142,14 +148,17 @@ async function refresh() {
         merge(entry, head);
         render(entry);
       }
+      loaded = true;
       for (const [name, entry] of tables) {
         if (!seen.has(name)) {
           entry.row.remove();
           tables.delete(name);
         }
       }
-      // keep the rows in name order (append moves existing nodes)
-      body_.append(...heads.map((h) => tables.get(h.table).row));
+      // keep the rows in name order (append moves existing nodes; skipped when nothing moved)
+      const rows = heads.map((h) => tables.get(h.table).row);
+      const current = body_.children;
+      if (current.length !== rows.length || rows.some((row, i) => current[i] !== row)) body_.append(...rows);
       applyFilter();
       updateSummary();
       clearBanner();
@@ -173,7 +182,7 @@ function scheduleRefresh(delayMs) {
 function onVersion(event) {
   const entry = tables.get(event.table);
   if (!entry) {
-    scheduleRefresh(200); // a table created since the list was read
+    if (loaded) scheduleRefresh(200); // a table created since the list was read
     return;
   }
   const head = { ...entry.head };
@@ -194,12 +203,19 @@ function onVersion(event) {
   if (!exact || !isNum(event.rows_delta) || !isNum(event.bytes_delta)) scheduleRefresh(500);
 }
 
-document.getElementById('filter').addEventListener('input', applyFilter);
-
-refresh().then(() => {
-  if (authNeeded) return;
-  openEvents('/api/events', onVersion);
-  setInterval(() => {
-    if (!authNeeded) refresh();
-  }, REFRESH_MS);
+document.getElementById('filter').addEventListener('input', () => {
+  applyFilter();
+  updateSummary();
 });
+
+/** Polls the list every REFRESH_MS, counted from the end of the previous read (a slow list
+ * on a big catalog is never asked for twice at once). */
+async function poll() {
+  await refresh();
+  if (!authNeeded) setTimeout(poll, REFRESH_MS);
+}
+
+// the event stream opens at once: versions that land while the list loads are not missed (a
+// table the list does not have yet asks for the list again)
+openEvents('/api/events', onVersion);
+poll();

@@ -52,12 +52,14 @@ function renderHead() {
   setText($('head-lag'), isNum(lag) ? fmtInt(lag) : '—');
   $('head-lag').classList.toggle('warn', isNum(lag) && lag > 0 && lag <= 100);
   $('head-lag').classList.toggle('bad', isNum(lag) && lag > 100);
+  const mv = head.materialized_version;
   setText(
     $('head-materialized'),
-    isNum(head.materialized_version) ? `materialized v${head.materialized_version}` : isNum(lag) ? '' : 'not materialized',
+    isNum(mv) && mv >= 0 ? `materialized v${mv}` : isNum(lag) ? 'no version materialized' : 'not materialized',
   );
   setText($('head-log'), isNum(head.log_end) ? `${fmtInt(head.log_start)} … ${fmtInt(head.log_end)}` : '—');
-  setText($('head-keyframe'), isNum(head.keyframe_version) ? `key frame v${head.keyframe_version}` : 'no key frame');
+  const kf = head.keyframe_version;
+  setText($('head-keyframe'), isNum(kf) && kf >= 0 ? `key frame v${kf}` : 'no key frame');
 
   const protocol = head.protocol;
   if (protocol) {
@@ -265,7 +267,7 @@ function minutePlot(name, keys, colors) {
       stroke: color,
       fill: color,
       width: 0,
-      paths: uPlot.paths.bars({ size: [0.8, 28], align: 0 }),
+      paths: uPlot.paths.bars({ size: [0.75, 48], align: 0 }),
       points: { show: false },
       // under the cursor: that minute's count; elsewhere: the total over the plot
       value: (u, v, si, idx) =>
@@ -362,13 +364,14 @@ function drawVersionPlots() {
   );
 }
 
-const MAX_MINUTES = 720;
+const MAX_MINUTES = 720; // the per-minute plots show at most 12 hours
+const MIN_MINUTES = 6; // … and at least 6 minutes
 
-function drawMinutePlot(name, keyOf, order, colors) {
+function drawMinutePlot(name, keyOf, order, colors, counted) {
   const counts = new Map(); // minute (s) -> Map(key -> n)
   const seen = new Set();
   for (const rec of state.records.values()) {
-    if (!isNum(rec.timestamp_ms)) continue;
+    if (!isNum(rec.timestamp_ms) || !counted(rec)) continue;
     const minute = Math.floor(rec.timestamp_ms / 60000) * 60;
     const key = keyOf(rec);
     seen.add(key);
@@ -390,7 +393,7 @@ function drawMinutePlot(name, keyOf, order, colors) {
   const minutes = [...counts.keys()];
   const newest = minutes.length ? Math.max(...minutes) : Math.floor(Date.now() / 60000) * 60;
   const oldestSeen = minutes.length ? Math.min(...minutes) : newest;
-  const oldest = Math.max(newest - (MAX_MINUTES - 1) * 60, Math.min(oldestSeen, newest - 9 * 60));
+  const oldest = Math.max(newest - (MAX_MINUTES - 1) * 60, Math.min(oldestSeen, newest - (MIN_MINUTES - 1) * 60));
   const xs = [];
   for (let t = oldest; t <= newest; t += 60) xs.push(t);
   keys.forEach((key, i) => {
@@ -405,8 +408,8 @@ function drawMinutePlot(name, keyOf, order, colors) {
 function drawMinutePlots() {
   if (!plotsOn) return;
   const opOrder = Object.keys(OPERATION_COLORS);
-  drawMinutePlot('ops', (r) => r.operation || 'UNDECODED', opOrder, OPERATION_COLORS);
-  drawMinutePlot('verdicts', (r) => r.outcome || 'UNKNOWN', OUTCOMES, OUTCOME_COLORS);
+  drawMinutePlot('ops', (r) => r.operation || 'UNDECODED', opOrder, OPERATION_COLORS, (r) => r.outcome === 'ACCEPTED');
+  drawMinutePlot('verdicts', (r) => r.outcome || 'UNKNOWN', OUTCOMES, OUTCOME_COLORS, () => true);
 }
 
 // ------------------------------------------------------------------ log
