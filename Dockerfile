@@ -1,5 +1,13 @@
 # Image for the long-running segcat services (materializer, dashboard) in docker-compose.yml.
 # Java is there for PySpark jobs (spark_integration) run from the same image.
+
+# The dashboard's one third-party script (uPlot), installed from npm as package-lock.json pins it.
+FROM node:20-slim AS web
+WORKDIR /web
+COPY server/web/package.json server/web/package-lock.json ./
+RUN npm ci --no-audit --no-fund --silent \
+    && mkdir -p vendor && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css vendor/
+
 FROM python:3.11-slim
 
 # openjdk's postinst links a man page; slim images drop /usr/share/man, so recreate it.
@@ -26,6 +34,8 @@ COPY materializer ./materializer
 COPY spark_integration ./spark_integration
 COPY cli ./cli
 COPY local_stack ./local_stack
+COPY server ./server
+COPY --from=web /web/vendor ./server/static/vendor
 COPY segcat ./segcat
 RUN pip install . && rm -rf /src/build
 

@@ -69,7 +69,9 @@ def ns_table(mconfig: Config) -> tuple[str, str, str]:
     return ns, pattern, name
 
 
-def test_reconnect_gets_exactly_the_50_versions_missed(mconfig: Config, ns_table: tuple[str, str, str]) -> None:
+def test_reconnect_gets_exactly_the_50_versions_missed(
+    mconfig: Config, ns_table: tuple[str, str, str]
+) -> None:
     ns, pattern, table = ns_table
     first = _commit(mconfig, table, 3, "before")
     with _materializer(mconfig, pattern, ns), serving(mconfig) as url:
@@ -127,7 +129,9 @@ def test_a_connected_client_hears_versions_while_the_materializer_is_dead(
         wait_for_head(_store(mconfig), table, first[-1])
         received: list[tuple[str, dict[str, Any]]] = []
         reader = threading.Thread(
-            target=lambda: received.extend(_read(f"{url}/api/tables/{table}/events?from={first[-1]}", 10, None))
+            target=lambda: received.extend(
+                _read(f"{url}/api/tables/{table}/events?from={first[-1]}", 10, None)
+            )
         )
         reader.start()
         time.sleep(0.5)
