@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -56,14 +57,14 @@ from typing import Any
 from bench import report, runner
 from bench.commit_runs import _machine_ticks, _process_ticks, broker_pid
 from bench.lifecycle_procs import PrivateRedis, free_port
-from bench.read_processes import CTX, make_segment
+from bench.read_processes import CTX, make_segment, table_pattern
 from bench.report import get, ms, table
 from bench.runner import Context, Results, percentile, progress, summary
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import table_name
 
-SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "whatif")
+SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "whatif", "tick")
 ARROW = "application/vnd.apache.arrow.stream"
 TARGET_P99_1_MS = 20.0
 TARGET_P99_1000_MS = 250.0
@@ -85,13 +86,15 @@ class Params:
     snapshot_reps: int
     json_page: int
     client: str
+    tick_tables: tuple[int, ...]
+    tick_commits: int
 
     @classmethod
     def of(cls, quick: bool, args: argparse.Namespace) -> Params:
         p = (
-            cls(1, 40, 0.05, 50, 20, 0.2, 5_000, 1_000, 3, 1_000, "raw")
+            cls(1, 40, 0.05, 50, 20, 0.2, 5_000, 1_000, 3, 1_000, "raw", (1, 5), 40)
             if quick
-            else cls(1, 200, 0.05, 1_000, 100, 0.2, 50_000, 5_000, 5, 10_000, "raw")
+            else cls(1, 200, 0.05, 1_000, 100, 0.2, 50_000, 5_000, 5, 10_000, "raw", (1, 5, 20), 200)
         )
         changes: dict[str, Any] = {}
         if args.clients is not None:
@@ -297,6 +300,7 @@ class Services:
         self.materializer: subprocess.Popen[bytes] | None = None
         self.server: subprocess.Popen[bytes] | None = None
         self.segcat = str(Path(sys.executable).parent / "segcat")
+        self.extra_tables: list[str] = []
 
     def env(self) -> dict[str, str]:
         return {
@@ -315,13 +319,24 @@ class Services:
             warehouse=str(self.warehouse),
         )
 
-    def start_materializer(self) -> None:
-        """After the tables exist: a pattern subscription finds new topics only on a metadata refresh."""
-        args = [self.segcat, "materializer", "--metrics-port", "0"]
-        args += ["--pattern", rf"^segcat\.{self.ns}\..*", "--group", f"bench-serve-{self.ns}"]
-        args += ["--instance-id", f"bench-serve-{self.ns}"]
-        log = (self.workdir / "materializer.log").open("wb")
+    def start_materializer(self, table: str) -> None:
+        """``segcat materializer`` following ``table`` alone (group and instance id of its own)."""
+        self.stop_materializer()
+        member = f"bench-serve-{table_name(table).qualified}-{uuid.uuid4().hex[:6]}"
+        args = [self.segcat, "materializer", "--metrics-port", "0", "--pattern", table_pattern(table)]
+        args += ["--group", member, "--instance-id", member]
+        log = (self.workdir / "materializer.log").open("ab")
         self.materializer = subprocess.Popen(args, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+
+    def stop_materializer(self) -> None:
+        proc, self.materializer = self.materializer, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
     def start_server(self, profile_to: Path | None = None, what_if: bool = False) -> float:
         """``segcat serve --port P``; seconds until ``/healthz`` answers. With ``profile_to``, the
@@ -476,6 +491,8 @@ def _client_main(
     warm_target: Synchronized[int],
     warmed: Event,
     stop_at: Synchronized[int],
+    timing: Event,
+    done: Event,
     out: Queue[Any],
 ) -> None:
     """Open ``clients`` SSE streams, record every event's arrival per client, until every client
@@ -525,8 +542,11 @@ def _client_main(
         info["connect_s"] = round(time.perf_counter() - started, 2)
         ready.set()
         stop_deadline: float | None = None
+        window_start: float | None = None
         while True:
             await asyncio.sleep(0.01)
+            if window_start is None and timing.is_set():
+                window_start = time.process_time()
             lowest = min(last() for last in lasts)
             target = warm_target.value
             if target >= 0 and not warmed.is_set() and lowest >= target:
@@ -536,6 +556,9 @@ def _client_main(
                 if stop_deadline is None:
                     stop_deadline = time.monotonic() + 60
                 if lowest >= stop or time.monotonic() > stop_deadline:
+                    if window_start is not None:
+                        info["cpu_window_s"] = time.process_time() - window_start
+                    done.set()
                     break
         for close in closers:
             close()
@@ -556,12 +579,16 @@ class ClientProcess:
     def __init__(self, url: str, table: str, clients: int, kind: str) -> None:
         host, port = url.removeprefix("http://").rsplit(":", 1)
         self.ready, self.warmed = CTX.Event(), CTX.Event()
+        self.timing, self.done = CTX.Event(), CTX.Event()
         self.warm_target: Synchronized[int] = CTX.Value("q", -1)
         self.stop_at: Synchronized[int] = CTX.Value("q", -1)
         self.out: Queue[Any] = CTX.Queue()
         path = f"/api/tables/{table_name(table).qualified}/events"
         args = (host, int(port), path, clients, kind, self.ready, self.warm_target, self.warmed)
-        self.proc = CTX.Process(target=_client_main, args=(*args, self.stop_at, self.out), daemon=True)
+        events = (self.timing, self.done)
+        self.proc = CTX.Process(
+            target=_client_main, args=(*args, self.stop_at, *events, self.out), daemon=True
+        )
         self.proc.start()
 
     def wait(self, event: Event, what: str, timeout_s: float) -> None:
@@ -670,6 +697,7 @@ def sse_scenario(
                 counter += 1
                 return writer.append([make_segment(f"s{clients}", counter)])
 
+            services.wait_materialized(table, one(), 120)  # the materializer has the table
             warm_deadline = time.monotonic() + 120
             while not client.warmed.is_set():
                 client.warm_target.value = one()
@@ -678,10 +706,11 @@ def sse_scenario(
                     raise TimeoutError("no warm-up version reached every SSE client")
             warm_commits = counter
             time.sleep(1.0)
-            cpu = CpuWatch({**services.pids(config), "clients": client.proc.pid})
+            cpu = CpuWatch(services.pids(config))
             if around is not None:
                 around[0]()
             cpu.start()
+            client.timing.set()
             began = time.perf_counter()
             for k in range(commits):
                 due = began + k * pause_s
@@ -692,8 +721,12 @@ def sse_scenario(
                 counter += 1
                 sends[version] = (sent, time.time_ns())
             client.stop_at.value = max(sends)
-            got = client.result()
+            client.wait(client.done, "every client has the last version", 120)
             usage = cpu.stop()
+            got = client.result()
+            if (window := got["info"].get("cpu_window_s")) is not None:  # it has exited by now
+                usage["cpu_s"]["clients"] = round(window, 2)
+                usage["cpu_share_pct"]["clients"] = round(100 * window / usage["wall_s"], 1)
             if around is not None:
                 around[1]()
         seen = probe.result()
@@ -805,6 +838,113 @@ def _latencies(
         if len(from_send) <= 2_000
         else [round(percentile(sorted(from_send), q / 10), 3) for q in range(1, 1001)],
     }
+
+
+def tick_scenario(services: Services, ns: str, p: Params) -> Results:
+    """How the materializer's periodic tick delays notifications, by the number of tables it follows:
+    a ``Materializer`` in a thread of this process (the server idle), its ``_tick`` timed, one table
+    committed to at the 1-client pace while the others stay idle; commit → Redis notification."""
+    from segcat.catalog.read.table import Catalog
+    from segcat.catalog.storage.redis import RedisStore
+    from segcat.materializer.service import Materializer
+    from segcat.materializer.table_materializer import TableMaterializer
+    from segcat.producers import TableWriter
+
+    config = replace(services.config, metrics_port=0)
+    catalog = Catalog(config)
+    store = RedisStore.from_config(config)
+    out: Results = {"commits": p.tick_commits, "pause_s": p.small_pause_s, "runs": {}}
+    timings: dict[str, list[float]] = {}
+    originals = {
+        (Materializer, "_tick"): Materializer._tick,
+        (TableMaterializer, "tick"): TableMaterializer.tick,
+        (TableMaterializer, "check_redis"): TableMaterializer.check_redis,
+    }
+
+    def timed(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                timings.setdefault(label, []).append((time.perf_counter() - began) * 1000)
+
+        return run
+
+    for (owner, attr), fn in originals.items():
+        setattr(owner, attr, timed(f"{owner.__name__}.{attr}", fn))
+    try:
+        plan = [(count, None) for count in p.tick_tables] + [(max(p.tick_tables), "10")]
+        for count, fetch_wait in plan:
+            prefix = f"{ns}_tick{count}" + ("" if fetch_wait is None else f"w{fetch_wait}")
+            run_config = (
+                config
+                if fetch_wait is None
+                else replace(config, kafka={**config.kafka, "fetch.wait.max.ms": fetch_wait})
+            )
+            names = [f"{prefix}.t{i:03d}" for i in range(count)]
+            for name in names:
+                catalog.create_table(name)
+            services.extra_tables.extend(names)
+            progress(f"materializer tick with {count} table(s), fetch.wait.max.ms {fetch_wait or 'default'}")
+            timings.clear()
+            service = Materializer(
+                run_config,
+                group_id=f"bench-serve-{prefix}",
+                pattern=rf"^segcat\.{prefix}\..*",
+                instance_id=f"bench-serve-{prefix}",
+            )
+            ready = threading.Event()
+            thread = threading.Thread(target=service.run, kwargs={"ready": ready.set}, daemon=True)
+            thread.start()
+            try:
+                ready.wait(60)
+                latencies: list[float] = []
+                with TableWriter(config, names[0], writer_id="bench-serve-tick") as writer:
+                    first = writer.append([make_segment("tick", 0)])
+                    services.wait_materialized(names[0], first, 120)
+                    timings.clear()
+                    with contextlib.closing(store.subscribe(names[0])) as sub:
+                        began = time.perf_counter()
+                        for k in range(p.tick_commits):
+                            due = began + k * p.small_pause_s
+                            if (wait := due - time.perf_counter()) > 0:
+                                time.sleep(wait)
+                            sent = time.time_ns()
+                            version = writer.append([make_segment("tick", k + 1)])
+                            while (event := sub.get(timeout=5.0)) is None or event.version < version:
+                                if event is None:
+                                    raise TimeoutError(f"no notification of version {version}")
+                            latencies.append((time.time_ns() - sent) / 1e6)
+                        wall = time.perf_counter() - began
+            finally:
+                service.stop.set()
+                thread.join(60)
+            ticks = timings.get("Materializer._tick", [])
+            inner = sum(timings.get("TableMaterializer.tick", [])) + sum(
+                timings.get("TableMaterializer.check_redis", [])
+            )
+            key = str(count) if fetch_wait is None else f"{count}, fetch.wait.max.ms={fetch_wait}"
+            out["runs"][key] = {
+                "tables": count,
+                "fetch_wait_max_ms": fetch_wait,
+                "commit_to_notification": summary(latencies),
+                "ticks": len(ticks),
+                "tick": summary(ticks) if ticks else None,
+                "tick_share_pct": round(100 * sum(ticks) / 1000 / wall, 1),
+                "tick_inner_ms_total": round(inner, 1),
+                "tick_watermarks_ms_total": round(sum(ticks) - inner, 1),
+                "wall_s": round(wall, 2),
+            }
+            tick = out["runs"][key]["tick"] or {}
+            progress(
+                f"  {count} table(s): tick median {tick.get('median_ms', 0):.0f} ms, commit → notification "
+                f"p99 {percentile(sorted(latencies), 99):.1f} ms"
+            )
+    finally:
+        for (owner, attr), fn in originals.items():
+            setattr(owner, attr, fn)
+    return out
 
 
 def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -> Results:
@@ -1095,16 +1235,18 @@ def run(ctx: Context) -> Results:
         services.start_redis()
         catalog = Catalog(services.config)
         for scenario in ctx.only:
-            catalog.create_table(tables[scenario])
-            created.append(tables[scenario])
-        services.start_materializer()
+            if scenario in tables:
+                catalog.create_table(tables[scenario])
+                created.append(tables[scenario])
         out["server_start_s"] = round(services.start_server(), 2)
-        progress(
-            f"segcat serve at {services.url} (up in {out['server_start_s']:.1f} s), materializer running"
-        )
+        progress(f"segcat serve at {services.url} (up in {out['server_start_s']:.1f} s)")
         for scenario in ctx.only:
             started, load = time.perf_counter(), runner.loadavg()
-            if scenario == "snapshot":
+            if scenario != "tick":
+                services.start_materializer(tables[scenario])
+            if scenario == "tick":
+                out[scenario] = tick_scenario(services, ns, p)
+            elif scenario == "snapshot":
                 out[scenario] = snapshot_scenario(services, tables[scenario], p)
             elif scenario == "profile":
                 out[scenario] = profile_scenario(services, tables[scenario], p, workdir)
@@ -1121,6 +1263,7 @@ def run(ctx: Context) -> Results:
                     p.client,
                 )
             services.check_alive()
+            services.stop_materializer()
             out[scenario]["server_rss_mb"] = _rss_mb(services.server.pid if services.server else None)
             out[scenario]["scenario_s"] = round(time.perf_counter() - started, 1)
             out[scenario]["loadavg"] = {"start": load, "end": runner.loadavg()}
@@ -1140,7 +1283,7 @@ def run(ctx: Context) -> Results:
         if ctx.args.keep:
             progress(f"kept tables {created} and files under {workdir}")
         else:
-            for name in created:
+            for name in [*created, *services.extra_tables]:
                 with contextlib.suppress(Exception):
                     TopicAdmin(services.config).delete(table_name(name))
             shutil.rmtree(workdir, ignore_errors=True)
@@ -1283,6 +1426,8 @@ def render(results: Results) -> str:
         lines += _sse_section(sse)
     if prof := results.get("profile"):
         lines += _profile_section(prof)
+    if tick := results.get("tick"):
+        lines += _tick_section(tick)
     if snap := results.get("snapshot"):
         lines += _snapshot_section(results, snap)
     lines += ["", *_observations(results), "", *_method(results)]
@@ -1412,6 +1557,53 @@ def _profile_section(prof: Results) -> list[str]:
     return lines
 
 
+def _tick_section(tick: Results) -> list[str]:
+    runs = list(tick["runs"].values())
+    return [
+        "",
+        "### The materializer's tick, by the number of tables it follows",
+        "",
+        "Every second the materializer's loop runs `_tick`: for each table it follows, `tick()` and "
+        "`check_redis()`, then `consumer.get_watermark_offsets(..., cached=False)` (a ListOffsets round "
+        "trip to the broker); no record is consumed meanwhile. Measured with a `Materializer` in a thread "
+        f"of the benchmark process (the server idle): {tick['commits']} one-segment commits to one table "
+        f"{tick['pause_s'] * 1000:.0f} ms apart, the other tables idle; commit start → Redis notification "
+        "(a subscriber in the same process).",
+        "",
+        *table(
+            (
+                "Tables followed",
+                "Tick (median)",
+                "Tick (max)",
+                "Loop time in ticks",
+                "of which watermark queries",
+                "commit → notification p50",
+                "p99",
+            ),
+            [
+                (
+                    f"{r['tables']:,}"
+                    + (
+                        ""
+                        if r.get("fetch_wait_max_ms") is None
+                        else f" (`fetch.wait.max.ms={r['fetch_wait_max_ms']}`)"
+                    ),
+                    ms((r["tick"] or {}).get("median_ms")),
+                    ms((r["tick"] or {}).get("max_ms")),
+                    f"{r['tick_share_pct']:.0f} %",
+                    _pct(
+                        r["tick_watermarks_ms_total"],
+                        r["tick_watermarks_ms_total"] + r["tick_inner_ms_total"],
+                    ),
+                    ms(r["commit_to_notification"]["median_ms"]),
+                    ms(r["commit_to_notification"]["p99_ms"]),
+                )
+                for r in runs
+            ],
+        ),
+    ]
+
+
 SNAPSHOT_LABELS = {
     "json_all": "JSON, one page (`?limit={full:,}`)",
     "json_paged": "JSON, pages of {paged:,} following `next`",
@@ -1485,6 +1677,40 @@ def _observations(results: Results) -> list[str]:
     for key in ("sse1", "sse1000"):
         if (r := results.get(key)) is not None:
             notes += _sse_notes(r, TARGET_P99_1_MS if key == "sse1" else TARGET_P99_1000_MS)
+    if tick := results.get("tick"):
+        runs = list(tick["runs"].values())
+        listed = "; ".join(
+            f"{r['tables']:,} table(s): tick {ms((r['tick'] or {}).get('median_ms'))}, p99 "
+            f"{ms(r['commit_to_notification']['p99_ms'])}"
+            for r in runs
+            if r.get("fetch_wait_max_ms") is None
+        )
+        fast = [r for r in runs if r.get("fetch_wait_max_ms") is not None]
+        notes.append(
+            "The materializer stops consuming while it ticks, once a second, and its tick grows with the "
+            "tables it follows (one watermark round trip each, queued behind the consumer's fetch): "
+            f"{listed}. "
+            "A notification due during a tick waits for its end: this sets the 1-client tail, and a "
+            "materializer following many tables (the default pattern takes all) holds notifications for "
+            "seconds."
+            + "".join(
+                " With `fetch.wait.max.ms` lowered from the 100 ms of segcat's consumer settings to "
+                f"{r['fetch_wait_max_ms']} ms (`SEGCAT_KAFKA_FETCH_WAIT_MAX_MS`), {r['tables']:,} tables "
+                "tick in "
+                f"{ms((r['tick'] or {}).get('median_ms'))} (commit → notification p99 "
+                f"{ms(r['commit_to_notification']['p99_ms'])}): each watermark query waits for the "
+                "consumer's in-flight fetch to the same broker, which the broker holds up to that long."
+                for r in fast
+            )
+        )
+    if (w := results.get("whatif")) and (b := results.get("sse1000")):
+        notes.append(
+            f"What-if, the event encoded once per version ({w['clients']:,} clients, same pace): p50 "
+            f"{ms(b['commit_to_event']['median_ms'])} → {ms(w['commit_to_event']['median_ms'])}, p99 "
+            f"{ms(b['commit_to_event']['p99_ms'])} → {ms(w['commit_to_event']['p99_ms'])}, fan-out span p99 "
+            f"{ms(b['fan_out_span_per_version']['p99_ms'])} → {ms(w['fan_out_span_per_version']['p99_ms'])}, "
+            f"server CPU per delivered event {_per_event(b)} → {_per_event(w)}."
+        )
     if (prof := results.get("profile")) and prof.get("profile"):
         top = _busy_rows(prof["profile"]["by_own_time"])[:4]
         listed = ", ".join(f"`{row['function']}` {row['tottime_ms']:,.0f} ms" for row in top)
@@ -1592,12 +1818,12 @@ def _method(results: Results) -> list[str]:
         *report.bullets(
             [
                 "Processes: the benchmark (one `TableWriter` committing; the snapshot requests), "
-                "`segcat serve --port P`, `segcat materializer --metrics-port 0 --pattern "
-                "'^segcat\\.<ns>\\..*'` with a "
-                "consumer group and instance id of its own, a private `redis-server` holding only this run's "
-                "tables, one SSE client process and one Redis subscriber process; Kafka is the local stack's "
-                "broker. The tables are created before the materializer starts (a pattern subscription "
-                "finds new topics only on a metadata refresh).",
+                "`segcat serve --port P` (one process for the whole run, restarted only for the profiled "
+                "and what-if passes), for each scenario a `segcat materializer --metrics-port 0` whose "
+                "`--pattern` matches that scenario's table alone (consumer group and instance id of its "
+                "own: its tick then costs one watermark query, see above), a private `redis-server` "
+                "holding only this run's tables, one SSE client process and one Redis subscriber process; "
+                "Kafka is the local stack's broker.",
                 "Everything shares the 2 CPUs: with 1,000 connections the client process needs CPU for "
                 "every event it reads at the same moment the server needs it to write them, and the broker, "
                 "the materializer and any other work on the machine (above) compete too. The figures are an "
