@@ -1,30 +1,38 @@
 """HTTP API and SSE (``segcat serve``): commit → SSE event latency with 1 and with 1,000 clients on
 one server process, and a 50,000-segment snapshot as JSON vs Arrow — one run.
 
-    .venv/bin/python -m bench.serve            # full run (~6 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.serve            # full run (~11 min on 2 cores), updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.serve --quick    # smoke run: 1 + 50 clients, 5,000 segments, doc untouched
+    .venv/bin/python -m bench.serve --only sse1000 --repeats 1 --no-doc   # one scenario
     .venv/bin/python -m bench.serve --render bench/results/serve-<time>.json
 
-Every part is a real process of its own, as in production: a private ``redis-server`` (the dev
-Redis holds other work's tables), ``segcat materializer`` (its ``--pattern`` limited to this
-run's namespace; it publishes the version notifications), ``segcat serve`` (one uvicorn process)
-and, for the SSE scenarios, a client process holding every SSE connection. The benchmark
-process commits (``TableWriter.append``) and fetches snapshots. Kafka is the local stack's.
+(``./dev bench`` runs the other benchmarks, not this one.) Every part is a real process of its
+own, as in production: a private ``redis-server`` (the dev Redis holds other work's tables),
+``segcat serve`` (one uvicorn process), per scenario a ``segcat materializer`` whose
+``--pattern`` matches that scenario's table alone (it publishes the version notifications the
+server relays), and for the SSE scenarios a client process holding every SSE connection and a
+Redis subscriber process. The benchmark process commits (``TableWriter.append``) and fetches
+snapshots. Kafka is the local stack's.
 
 1. ``sse1`` / ``sse1000``: N clients (1; 1,000) each open ``GET /api/tables/<t>/events`` on a
-   connection of its own (asyncio on uvloop in one client process); after a warm-up commit
-   every client has seen, one-segment appends at a fixed pace (1 client: 200 commits 50 ms
-   apart; 1,000: 100 commits 200 ms apart). Latency of a (client, version) pair = the time the
-   client process read the event's bytes off its socket − the time just before ``append()`` was
-   called (``time.time_ns()`` in both processes: one machine, one clock). Also kept: − the
-   return of ``append()``; and, from a Redis subscriber process on the table's channel, where
-   the time goes: commit → the materializer's notification → the SSE client.
+   connection of its own (asyncio on uvloop in one client process); after warm-up commits
+   every client has seen, one-segment appends on a fixed schedule (1 client: 200 commits 50 ms
+   apart; 1,000: 100 commits 200 ms apart), 3 passes pooled. Latency of a (client, version)
+   pair = when the client process read the event's bytes off its socket − just before
+   ``append()`` was called (``time.time_ns()`` in both processes: one machine, one clock).
+   Also kept: − the return of ``append()``; and, from the Redis subscriber on the table's
+   channel, where the time goes: commit → the materializer's notification → the SSE client.
 2. ``snapshot``: a table of 50,000 live segments (10 appends of 5,000), then ``GET
-   /api/tables/<t>/snapshot`` as one JSON page (``limit=100000``), the default JSON page
+   /api/tables/<t>/snapshot`` as one JSON page (``limit=50000``), the default JSON page
    (1,000), all 50,000 as JSON pages of 10,000 (following ``next``), and the whole snapshot with
    ``Accept: application/vnd.apache.arrow.stream`` (decoded with pyarrow); medians of 5
-   interleaved rounds after a warm-up round, response sizes; the server's steps redone
+   interleaved rounds after a warm-up round, response sizes; the route's steps redone
    in-process to show where its time goes.
+3. ``profile``, ``gc``, ``whatif``: the 1,000-client scenario once more on a server restarted
+   through a launcher: with a cProfile window, with a ``gc.callbacks`` hook timing collections,
+   and with each version's event encoded once (a what-if; the repository is not changed).
+4. ``tick``: the materializer's once-a-second tick (one watermark query per table) by the
+   number of tables it follows, and what it does to commit → notification.
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import table_name
 
-SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "whatif", "tick")
+SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "gc", "whatif", "tick")
 ARROW = "application/vnd.apache.arrow.stream"
 TARGET_P99_1_MS = 20.0
 TARGET_P99_1000_MS = 250.0
@@ -88,13 +96,14 @@ class Params:
     client: str
     tick_tables: tuple[int, ...]
     tick_commits: int
+    repeats: int
 
     @classmethod
     def of(cls, quick: bool, args: argparse.Namespace) -> Params:
         p = (
-            cls(1, 40, 0.05, 50, 20, 0.2, 5_000, 1_000, 3, 1_000, "raw", (1, 5), 40)
+            cls(1, 40, 0.05, 50, 20, 0.2, 5_000, 1_000, 3, 1_000, "raw", (1, 5), 40, 1)
             if quick
-            else cls(1, 200, 0.05, 1_000, 100, 0.2, 50_000, 5_000, 5, 10_000, "raw", (1, 5, 20), 200)
+            else cls(1, 200, 0.05, 1_000, 100, 0.2, 50_000, 5_000, 5, 10_000, "raw", (1, 5, 20), 200, 3)
         )
         changes: dict[str, Any] = {}
         if args.clients is not None:
@@ -103,6 +112,8 @@ class Params:
             changes["client"] = args.client
         if args.segments is not None:
             changes["snapshot_segments"] = args.segments
+        if args.repeats is not None:
+            changes["repeats"] = args.repeats
         return replace(p, **changes)
 
 
@@ -115,6 +126,7 @@ def options(parser: argparse.ArgumentParser) -> None:
         help="SSE client: raw asyncio protocol (default: cheapest, times bytes off the socket) or httpx",
     )
     add("--segments", type=int, help="live segments of the snapshot table (default 50,000)")
+    add("--repeats", type=int, help="passes of each reference SSE scenario, pooled (default 3; quick 1)")
     add(
         "--quiet-load",
         type=float,
@@ -261,6 +273,34 @@ stats. cProfile sees the thread the handlers run in, the main one, where uvicorn
 loop (the feeds' watcher threads and the request thread pool are not profiled)."""
 
 
+GC_OBSERVED = """
+import gc, json, signal, sys, time
+from segcat.cli import main
+out, port = sys.argv[1], sys.argv[2]
+pauses, began = [], [0.0]
+def observe(phase, info):
+    if phase == "start":
+        began[0] = time.perf_counter()
+    else:
+        pauses.append([info["generation"], (time.perf_counter() - began[0]) * 1000, time.time()])
+def window(signum, frame):
+    if signum == signal.SIGUSR1:
+        pauses.clear()
+    else:
+        json.dump({"pauses": list(pauses), "threshold": gc.get_threshold()}, open(out, "w"))
+gc.callbacks.append(observe)
+signal.signal(signal.SIGUSR1, window)
+signal.signal(signal.SIGUSR2, window)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+try:
+    main(["serve", "--port", port])
+except SystemExit:
+    pass
+"""
+"""``segcat serve`` with a ``gc.callbacks`` hook timing every collection of the main thread's
+interpreter (all threads share it); SIGUSR1 starts the window, SIGUSR2 writes the pauses."""
+
+
 ENCODE_ONCE = """
 import dataclasses, json, sys
 from sse_starlette import ServerSentEvent
@@ -338,7 +378,9 @@ class Services:
                 proc.kill()
                 proc.wait(10)
 
-    def start_server(self, profile_to: Path | None = None, what_if: bool = False) -> float:
+    def start_server(
+        self, profile_to: Path | None = None, what_if: bool = False, gc_to: Path | None = None
+    ) -> float:
         """``segcat serve --port P``; seconds until ``/healthz`` answers. With ``profile_to``, the
         same command with a cProfile window; with ``what_if``, with ``ENCODE_ONCE`` applied."""
         log = (self.workdir / "serve.log").open("ab")
@@ -348,6 +390,8 @@ class Services:
             command = [sys.executable, "-c", PROFILED_SERVE, str(profile_to), str(self.port)]
         elif what_if:
             command = [sys.executable, "-c", ENCODE_ONCE, str(self.port)]
+        elif gc_to is not None:
+            command = [sys.executable, "-c", GC_OBSERVED, str(gc_to), str(self.port)]
         self.server = subprocess.Popen(command, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while _get(f"{self.url}/healthz", 1.0)[0] != 200:
@@ -672,15 +716,101 @@ def sse_scenario(
     pause_s: float,
     kind: str,
     around: tuple[Callable[[], None], Callable[[], None]] | None = None,
+    repeats: int = 1,
 ) -> Results:
+    """``repeats`` passes (each: a fresh client process, warm-up, ``commits`` timed commits); the
+    figures pool every pass's pairs, ``passes`` has each pass's headline figures."""
+    before = scrape(services.url)
+    sends: dict[int, tuple[int, int]] = {}
+    arrivals: list[list[tuple[int, int]]] = [[] for _ in range(clients)]
+    seen: list[tuple[int, int, int]] = []
+    usages: list[dict[str, Any]] = []
+    passes: list[Results] = []
+    connected: dict[str, float] = {}
+    info: dict[str, Any] = {}
+    warm_commits = 0
+    for number in range(repeats):
+        one = _sse_pass(services, table, clients, commits, pause_s, kind, around, f"p{number}")
+        connected, info = one["connected"], one["got"]["info"]
+        warm_commits += one["warm_commits"]
+        alone = _latencies(
+            one["sends"], one["got"], one["seen"], clients, commits, pause_s, 0, one["usage"], {}, {}, {}
+        )
+        passes.append(
+            {
+                "commit_to_event": alone["commit_to_event"],
+                "fan_out_span_per_version": alone["fan_out_span_per_version"],
+                "commit_to_notification": alone["commit_to_notification"],
+                "missing_pairs": alone["missing_pairs"],
+                "server_cpu_us_per_event": _per_event_us(alone),
+                "loadavg_after": runner.loadavg(),
+            }
+        )
+        sends.update(one["sends"])
+        for index, received in enumerate(one["got"]["arrivals"]):
+            arrivals[index].extend(received)
+        seen.extend(one["seen"])
+        usages.append(one["usage"])
+        progress(
+            f"  pass {number + 1}/{repeats}: p50 {alone['commit_to_event']['median_ms']:.1f} ms, p99 "
+            f"{alone['commit_to_event']['p99_ms']:.1f} ms"
+        )
+    after = scrape(services.url)
+    pooled = _latencies(
+        sends,
+        {"info": info, "arrivals": arrivals},
+        seen,
+        clients,
+        commits * repeats,
+        pause_s,
+        warm_commits,
+        _pool_usage(usages),
+        before,
+        connected,
+        after,
+    )
+    pooled["passes"] = passes
+    return pooled
+
+
+def _per_event_us(r: Results) -> float | None:
+    cpu = r["cpu"]["cpu_s"].get("server")
+    return None if cpu is None or not r["pairs"] else round(cpu * 1e6 / r["pairs"], 1)
+
+
+def _pool_usage(usages: list[dict[str, Any]]) -> dict[str, Any]:
+    """CPU of several passes as one: seconds added up, shares over the summed wall time."""
+    wall = sum(u["wall_s"] for u in usages)
+    names = {name for u in usages for name in u["cpu_s"]}
+    cpu = {name: round(sum(u["cpu_s"].get(name, 0.0) for u in usages), 2) for name in names}
+    busy = [u["machine_busy_pct"] * u["wall_s"] for u in usages if "machine_busy_pct" in u]
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": cpu,
+        "cpu_share_pct": {name: round(100 * value / wall, 1) for name, value in cpu.items()},
+        **({"machine_busy_pct": round(sum(busy) / wall, 1)} if busy else {}),
+        "passes": usages,
+    }
+
+
+def _sse_pass(
+    services: Services,
+    table: str,
+    clients: int,
+    commits: int,
+    pause_s: float,
+    kind: str,
+    around: tuple[Callable[[], None], Callable[[], None]] | None,
+    tag: str,
+) -> dict[str, Any]:
     from segcat.producers import TableWriter
 
     config = services.config
     name = table_name(table).qualified
-    before = scrape(services.url)
     progress(f"{clients:,} SSE client(s) ({kind}) on {name}")
     client = ClientProcess(services.url, table, clients, kind)
     probe: RedisProbe | None = None
+    prefix = f"s{clients}{tag}"
     try:
         client.wait(client.ready, "connected", 300)
         connected = scrape(services.url)
@@ -695,7 +825,7 @@ def sse_scenario(
             def one() -> int:
                 nonlocal counter
                 counter += 1
-                return writer.append([make_segment(f"s{clients}", counter)])
+                return writer.append([make_segment(prefix, counter)])
 
             services.wait_materialized(table, one(), 120)  # the materializer has the table
             warm_deadline = time.monotonic() + 120
@@ -717,7 +847,7 @@ def sse_scenario(
                 if (wait := due - time.perf_counter()) > 0:
                     time.sleep(wait)
                 sent = time.time_ns()
-                version = writer.append([make_segment(f"s{clients}", counter + 1)])
+                version = writer.append([make_segment(prefix, counter + 1)])
                 counter += 1
                 sends[version] = (sent, time.time_ns())
             client.stop_at.value = max(sends)
@@ -737,10 +867,14 @@ def sse_scenario(
             probe.stop.set()
             probe.proc.kill()
     time.sleep(1.0)
-    after = scrape(services.url)
-    return _latencies(
-        sends, got, seen, clients, commits, pause_s, warm_commits, usage, before, connected, after
-    )
+    return {
+        "sends": sends,
+        "got": got,
+        "seen": seen,
+        "usage": usage,
+        "warm_commits": warm_commits,
+        "connected": connected,
+    }
 
 
 def _latencies(
@@ -834,6 +968,9 @@ def _latencies(
             "events_sent": events,
             "feeds": after.get("segcat_serve_feeds"),
         },
+        "versions": [
+            [v, sends[v][0], min(ts), max(ts), len(ts)] for v, ts in sorted(per_version.items()) if ts
+        ],
         "samples_commit_to_event_ms": sorted(round(v, 3) for v in from_send)
         if len(from_send) <= 2_000
         else [round(percentile(sorted(from_send), q / 10), 3) for q in range(1, 1001)],
@@ -899,42 +1036,55 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
             thread.start()
             try:
                 ready.wait(60)
-                latencies: list[float] = []
                 with TableWriter(config, names[0], writer_id="bench-serve-tick") as writer:
                     first = writer.append([make_segment("tick", 0)])
                     services.wait_materialized(names[0], first, 120)
+                    arrived: dict[int, int] = {}
+                    listening = threading.Event()
+                    listener = threading.Thread(
+                        target=_listen, args=(store, names[0], arrived, listening), daemon=True
+                    )
+                    listener.start()
+                    if not listening.wait(30):
+                        raise RuntimeError("the notification listener did not subscribe")
+                    sends: dict[int, int] = {}
                     timings.clear()
-                    with contextlib.closing(store.subscribe(names[0])) as sub:
-                        began = time.perf_counter()
-                        for k in range(p.tick_commits):
-                            due = began + k * p.small_pause_s
-                            if (wait := due - time.perf_counter()) > 0:
-                                time.sleep(wait)
-                            sent = time.time_ns()
-                            version = writer.append([make_segment("tick", k + 1)])
-                            while (event := sub.get(timeout=5.0)) is None or event.version < version:
-                                if event is None:
-                                    raise TimeoutError(f"no notification of version {version}")
-                            latencies.append((time.time_ns() - sent) / 1e6)
-                        wall = time.perf_counter() - began
+                    began = time.perf_counter()
+                    for k in range(p.tick_commits):
+                        due = began + k * p.small_pause_s
+                        if (wait := due - time.perf_counter()) > 0:
+                            time.sleep(wait)
+                        sent = time.time_ns()
+                        sends[writer.append([make_segment("tick", k + 1)])] = sent
+                    wall = time.perf_counter() - began
+                    deadline = time.monotonic() + 60
+                    while max(sends) not in arrived and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    window = time.perf_counter() - began  # until the last notification
+                    taken = {label: list(values) for label, values in timings.items()}
+                    listening.clear()
+                    listener.join(10)
+                latencies = [(arrived[v] - t) / 1e6 for v, t in sends.items() if v in arrived]
             finally:
                 service.stop.set()
                 thread.join(60)
-            ticks = timings.get("Materializer._tick", [])
-            inner = sum(timings.get("TableMaterializer.tick", [])) + sum(
-                timings.get("TableMaterializer.check_redis", [])
+            ticks = taken.get("Materializer._tick", [])
+            inner = sum(taken.get("TableMaterializer.tick", [])) + sum(
+                taken.get("TableMaterializer.check_redis", [])
             )
             key = str(count) if fetch_wait is None else f"{count}, fetch.wait.max.ms={fetch_wait}"
             out["runs"][key] = {
                 "tables": count,
                 "fetch_wait_max_ms": fetch_wait,
                 "commit_to_notification": summary(latencies),
+                "missing": len(sends) - len(latencies),
                 "ticks": len(ticks),
                 "tick": summary(ticks) if ticks else None,
-                "tick_share_pct": round(100 * sum(ticks) / 1000 / wall, 1),
+                "tick_share_pct": round(100 * sum(ticks) / 1000 / window, 1),
                 "tick_inner_ms_total": round(inner, 1),
                 "tick_watermarks_ms_total": round(sum(ticks) - inner, 1),
                 "wall_s": round(wall, 2),
+                "window_s": round(window, 2),
             }
             tick = out["runs"][key]["tick"] or {}
             progress(
@@ -945,6 +1095,16 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
         for (owner, attr), fn in originals.items():
             setattr(owner, attr, fn)
     return out
+
+
+def _listen(store: Any, table: str, arrived: dict[int, int], listening: threading.Event) -> None:
+    """Record when each version's notification arrives, until ``listening`` is cleared."""
+    with contextlib.closing(store.subscribe(table)) as sub:
+        listening.set()
+        while listening.is_set():
+            event = sub.get(timeout=0.1)
+            if event is not None:
+                arrived.setdefault(event.version, time.time_ns())
 
 
 def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -> Results:
@@ -985,6 +1145,67 @@ def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -
     }
 
 
+def gc_scenario(services: Services, table: str, p: Params, workdir: Path) -> Results:
+    """The big SSE scenario on ``segcat serve`` with a ``gc.callbacks`` hook: the collector's pauses
+    in the server while the timed commits run (the hook itself costs a call per collection)."""
+    out_file = workdir / "gc.json"
+    services.stop_server()
+    services.start_server(gc_to=out_file)
+    server = services.server
+    assert server is not None
+
+    def start() -> None:
+        server.send_signal(signal.SIGUSR1)
+
+    def stop() -> None:
+        server.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    try:
+        measured = sse_scenario(
+            services, table, p.big_clients, p.big_commits, p.big_pause_s, p.client, (start, stop)
+        )
+    finally:
+        services.stop_server()
+        services.start_server()
+    found = json.loads(out_file.read_text()) if out_file.exists() else {"pauses": []}
+    by_generation: dict[str, Any] = {}
+    for generation in (0, 1, 2):
+        pauses = sorted(ms_ for gen, ms_, _ in found["pauses"] if gen == generation)
+        by_generation[str(generation)] = {
+            "count": len(pauses),
+            "total_ms": round(sum(pauses), 1),
+            "max_ms": round(pauses[-1], 1) if pauses else None,
+            "median_ms": round(statistics.median(pauses), 2) if pauses else None,
+        }
+    hit = []
+    for generation, pause_ms, ended in found["pauses"]:
+        if generation != 2:
+            continue
+        start_ns, end_ns = (ended - pause_ms / 1000) * 1e9, ended * 1e9
+        for version, sent, _, last, _ in measured["versions"]:
+            if sent < end_ns and last > start_ns:  # the version was in flight during the pause
+                hit.append(
+                    {
+                        "pause_ms": round(pause_ms, 1),
+                        "version": version,
+                        "last_ms": round((last - sent) / 1e6, 1),
+                    }
+                )
+    return {
+        **measured,
+        "gc": {
+            "threshold": found.get("threshold"),
+            "by_generation": by_generation,
+            "pauses": found["pauses"],
+            "versions_in_flight_during_gen2": hit,
+        },
+    }
+
+
 def what_if_scenario(services: Services, table: str, p: Params) -> Results:
     """The big SSE scenario on a server started with ``ENCODE_ONCE``; the plain server afterwards."""
     services.stop_server()
@@ -1020,7 +1241,11 @@ def build_snapshot_table(services: Services, table: str, segments: int, per_comm
             commit_ms.append((time.perf_counter() - began) * 1000)
     began = time.perf_counter()
     services.wait_materialized(table, version, 300)
+    from segcat.catalog.storage.redis import RedisStore
+
+    head = RedisStore.from_config(services.config).head(table)
     return {
+        "keyframe_version": None if head is None else head.keyframe_version,
         "commits": len(commit_ms),
         "per_commit": per_commit,
         "append_median_ms": round(statistics.median(commit_ms), 1),
@@ -1225,6 +1450,7 @@ def run(ctx: Context) -> Results:
         "snapshot": f"{ns}.snapshot",
         "profile": f"{ns}.profiled{p.big_clients}",
         "whatif": f"{ns}.whatif{p.big_clients}",
+        "gc": f"{ns}.gc{p.big_clients}",
     }
     out: Results = {"params": asdict(p), "namespace": ns, "packages": _packages(), "quiet": quiet}
     out["other_work_at_start"] = busy_processes(exclude=(os.getpid(),))
@@ -1250,6 +1476,8 @@ def run(ctx: Context) -> Results:
                 out[scenario] = snapshot_scenario(services, tables[scenario], p)
             elif scenario == "profile":
                 out[scenario] = profile_scenario(services, tables[scenario], p, workdir)
+            elif scenario == "gc":
+                out[scenario] = gc_scenario(services, tables[scenario], p, workdir)
             elif scenario == "whatif":
                 out[scenario] = what_if_scenario(services, tables[scenario], p)
             else:
@@ -1261,6 +1489,7 @@ def run(ctx: Context) -> Results:
                     p.small_commits if small else p.big_commits,
                     p.small_pause_s if small else p.big_pause_s,
                     p.client,
+                    repeats=p.repeats,
                 )
             services.check_alive()
             services.stop_materializer()
@@ -1409,7 +1638,7 @@ def render(results: Results) -> str:
     lines = report.head(
         results,
         "HTTP API and SSE",
-        "all scenarios in one run against one `segcat serve` process",
+        "all scenarios in one run",
         [("Server", server), ("Around it", around)],
     )
     if other := results.get("other_work_at_start"):
@@ -1426,11 +1655,13 @@ def render(results: Results) -> str:
         lines += _sse_section(sse)
     if prof := results.get("profile"):
         lines += _profile_section(prof)
+    if gc_run := results.get("gc"):
+        lines += _gc_section(gc_run)
     if tick := results.get("tick"):
         lines += _tick_section(tick)
     if snap := results.get("snapshot"):
         lines += _snapshot_section(results, snap)
-    lines += ["", *_observations(results), "", *_method(results)]
+    lines += ["", *_observations(results), "", *_suggestions(results), "", *_method(results)]
     return "\n".join(lines)
 
 
@@ -1447,7 +1678,9 @@ def _sse_section(sse: list[Results]) -> list[str]:
             [
                 (
                     r["label"],
-                    f"{r['commits']} ({r['pause_s'] * 1000:.0f} ms apart)",
+                    f"{r['commits']}"
+                    + (f" in {len(r['passes'])} passes" if len(r.get("passes", [])) > 1 else "")
+                    + f" ({r['pause_s'] * 1000:.0f} ms apart)",
                     f"{r['pairs']:,}",
                     ms(r["commit_to_event"]["median_ms"]),
                     ms(r["commit_to_event"]["p90_ms"]),
@@ -1459,6 +1692,7 @@ def _sse_section(sse: list[Results]) -> list[str]:
             ],
         ),
         "",
+        *_passes_table(sse),
         "Where the time goes, p50 / p99 of each stage. The *Redis notification* is when a plain Redis "
         "subscriber (a process of its own, on the table's channel) received the materializer's PUBLISH, "
         "the message the server's feed waits for too.",
@@ -1492,8 +1726,10 @@ def _sse_section(sse: list[Results]) -> list[str]:
             ],
         ),
         "",
-        "CPU while the timed commits ran (CPU seconds ÷ wall seconds; the machine has 2 CPUs, so 200 % is "
-        "all of it); *per event*: the server's CPU over the (client, version) pairs delivered:",
+        "CPU while the timed commits ran. *Machine busy*: the share of both cores in use (`/proc/stat`); "
+        "the processes: their CPU seconds ÷ wall seconds (100 % = one core); *per event*: the server's CPU "
+        "seconds over the (client, version) pairs delivered (with one client mostly work that is not per "
+        "event: the feeds' watchdog and pollers):",
         "",
         *table(
             ("Clients", "Wall", "Machine busy", *PROCS, "Server CPU per event"),
@@ -1519,6 +1755,32 @@ def _sse_section(sse: list[Results]) -> list[str]:
             "client), and reuses it for every client.",
         ]
     return lines
+
+
+def _passes_table(sse: list[Results]) -> list[str]:
+    rows = [
+        (
+            r["label"],
+            str(number),
+            ms(one["commit_to_event"]["median_ms"]),
+            ms(one["commit_to_event"]["p99_ms"]),
+            ms(one["commit_to_event"]["max_ms"]),
+            ms(one["fan_out_span_per_version"]["p99_ms"]),
+            "–" if one["server_cpu_us_per_event"] is None else f"{one['server_cpu_us_per_event']:,.0f} µs",
+        )
+        for r in sse
+        if len(r.get("passes", [])) > 1
+        for number, one in enumerate(r["passes"], 1)
+    ]
+    if not rows:
+        return []
+    return [
+        "Each pass alone (a fresh client process, warm-up commits, then the timed ones; the rows above "
+        "pool the passes):",
+        "",
+        *table(("Clients", "Pass", "p50", "p99", "Max", "Fan-out span p99", "Server CPU per event"), rows),
+        "",
+    ]
 
 
 def _per_event(r: Results) -> str:
@@ -1557,6 +1819,51 @@ def _profile_section(prof: Results) -> list[str]:
     return lines
 
 
+def _slowest(r: Results) -> list[tuple[int, float]]:
+    """(version, commit start → last client's event in ms), slowest first."""
+    return sorted(((v, (last - sent) / 1e6) for v, sent, _, last, _ in r["versions"]), key=lambda x: -x[1])
+
+
+def _gc_section(r: Results) -> list[str]:
+    gc_ = r["gc"]
+    rows = [
+        (g, f"{d['count']:,}", ms(d["total_ms"]), ms(d["median_ms"]), ms(d["max_ms"]))
+        for g, d in gc_["by_generation"].items()
+    ]
+    ranked = [v for v, _ in _slowest(r)]
+    hits = [
+        f"version {h['version']} (commit start → its last client {ms(h['last_ms'])}, "
+        f"{_rank(ranked.index(h['version']) + 1)} of {len(ranked)})"
+        for h in gc_["versions_in_flight_during_gen2"]
+        if h["version"] in ranked
+    ]
+    return [
+        "",
+        f"### Garbage collection in the server ({r['clients']:,} clients)",
+        "",
+        f"The {r['clients']:,}-client scenario once more ({r['commits']} commits, same pace) on "
+        "`segcat serve` "
+        "started with a `gc.callbacks` hook that times every collection, over the timed commits "
+        f"(threshold {tuple(gc_['threshold'] or ())}). Under the hook: commit → event p50 "
+        f"{ms(r['commit_to_event']['median_ms'])}, p99 {ms(r['commit_to_event']['p99_ms'])}, fan-out span "
+        f"p99 {ms(r['fan_out_span_per_version']['p99_ms'])}.",
+        "",
+        *table(("Generation", "Collections", "Total pause", "Median", "Max"), rows),
+        "",
+        "In flight during a generation-2 collection: "
+        + ("; ".join(hits) if hits else "no timed version")
+        + ".",
+    ]
+
+
+def _rank(n: int) -> str:
+    """1 → "the slowest", 2 → "the 2nd slowest", …"""
+    if n == 1:
+        return "the slowest"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"the {n}{suffix} slowest"
+
+
 def _tick_section(tick: Results) -> list[str]:
     runs = list(tick["runs"].values())
     return [
@@ -1566,9 +1873,9 @@ def _tick_section(tick: Results) -> list[str]:
         "Every second the materializer's loop runs `_tick`: for each table it follows, `tick()` and "
         "`check_redis()`, then `consumer.get_watermark_offsets(..., cached=False)` (a ListOffsets round "
         "trip to the broker); no record is consumed meanwhile. Measured with a `Materializer` in a thread "
-        f"of the benchmark process (the server idle): {tick['commits']} one-segment commits to one table "
-        f"{tick['pause_s'] * 1000:.0f} ms apart, the other tables idle; commit start → Redis notification "
-        "(a subscriber in the same process).",
+        f"of the benchmark process (the server idle): {tick['commits']} one-segment commits to one table on "
+        f"a fixed schedule {tick['pause_s'] * 1000:.0f} ms apart, the other tables idle; commit start → "
+        "Redis notification (a subscriber thread in the same process).",
         "",
         *table(
             (
@@ -1622,7 +1929,13 @@ def _snapshot_section(results: Results, snap: Results) -> list[str]:
         "",
         f"The table: {build['commits']} appends of {build['per_commit']:,} segments (id, path, partition, "
         f"size, rows, min/max/null count of an INT and a STRING column; median append "
-        f"{ms(build['append_median_ms'])}); the server answered from `{v['json_all'].get('origin')}`. "
+        f"{ms(build['append_median_ms'])}); the server answered from `{v['json_all'].get('origin')}`"
+        + (
+            ""
+            if build.get("keyframe_version") is None
+            else f" (its key frame at version {build['keyframe_version']} of {build['version']})"
+        )
+        + ". "
         f"Medians of {reps} rounds (the four requests interleaved, after an untimed round), httpx on a "
         "kept-alive connection from the benchmark process. *Request*: send → the whole body received; "
         "*decode*: `json.loads`, or `pyarrow.ipc.open_stream(body).read_all()`.",
@@ -1690,9 +2003,9 @@ def _observations(results: Results) -> list[str]:
             "The materializer stops consuming while it ticks, once a second, and its tick grows with the "
             "tables it follows (one watermark round trip each, queued behind the consumer's fetch): "
             f"{listed}. "
-            "A notification due during a tick waits for its end: this sets the 1-client tail, and a "
-            "materializer following many tables (the default pattern takes all) holds notifications for "
-            "seconds."
+            "A notification due during a tick waits for its end. The SSE scenarios above run a materializer "
+            "per table, so they see the one-table tick; a materializer following every table (the default "
+            "pattern) holds notifications back by about a second per 20 idle tables."
             + "".join(
                 " With `fetch.wait.max.ms` lowered from the 100 ms of segcat's consumer settings to "
                 f"{r['fetch_wait_max_ms']} ms (`SEGCAT_KAFKA_FETCH_WAIT_MAX_MS`), {r['tables']:,} tables "
@@ -1703,18 +2016,51 @@ def _observations(results: Results) -> list[str]:
                 for r in fast
             )
         )
+    if (g := results.get("gc")) and (gen2 := g["gc"]["by_generation"].get("2")) and gen2["count"]:
+        slow = _slowest(g)
+        gen0 = g["gc"]["by_generation"]["0"]
+        last3 = ", ".join(ms(x) for _, x in slow[:3])
+        notes.append(
+            f"Garbage collection: over the {g['cpu']['wall_s']:.0f} s of timed commits with {g['clients']:,} "
+            f"connections the server ran {gen2['count']} generation-2 collection(s) of up to "
+            f"{ms(gen2['max_ms'])} (every Python thread of the server waits meanwhile) and "
+            f"{gen0['count']:,} generation-0 ones ({ms(gen0['total_ms'])} in all). One version is 1 % of "
+            "the pairs, so one pause during a fan-out sets the p99: the "
+            f"slowest versions' last clients got their event {last3} after the "
+            "commit (section above)."
+        )
     if (w := results.get("whatif")) and (b := results.get("sse1000")):
         notes.append(
             f"What-if, the event encoded once per version ({w['clients']:,} clients, same pace): p50 "
             f"{ms(b['commit_to_event']['median_ms'])} → {ms(w['commit_to_event']['median_ms'])}, p99 "
             f"{ms(b['commit_to_event']['p99_ms'])} → {ms(w['commit_to_event']['p99_ms'])}, fan-out span p99 "
             f"{ms(b['fan_out_span_per_version']['p99_ms'])} → {ms(w['fan_out_span_per_version']['p99_ms'])}, "
-            f"server CPU per delivered event {_per_event(b)} → {_per_event(w)}."
+            f"server CPU per delivered event {_per_event(b)} → {_per_event(w)}"
+            + (
+                f" (the reference passes alone: p99 {_p99_range(b)}; the what-if is one pass)."
+                if len(b.get("passes", [])) > 1
+                else "."
+            )
         )
     if (prof := results.get("profile")) and prof.get("profile"):
         top = _busy_rows(prof["profile"]["by_own_time"])[:4]
         listed = ", ".join(f"`{row['function']}` {row['tottime_ms']:,.0f} ms" for row in top)
         notes.append(f"Under cProfile the event loop's largest own times are {listed} (section above).")
+    rss = [
+        f"{label} {results[key]['server_rss_mb']['VmHWM']:,.0f} MB"
+        for key, label in (
+            ("sse1", "after 1 client"),
+            ("sse1000", "after 1,000 clients"),
+            ("snapshot", "after the snapshots"),
+        )
+        if (results.get(key) or {}).get("server_rss_mb")
+    ]
+    if rss:
+        notes.append(
+            "The server's peak resident memory (`VmHWM`, one process for these three): "
+            + ", ".join(rss)
+            + "."
+        )
     if snap := results.get("snapshot"):
         notes += _snapshot_notes(snap)
     if (errors := results.get("server_log")) and errors.get("error_lines"):
@@ -1761,12 +2107,17 @@ def _sse_notes(r: Results, target: float) -> list[str]:
             f"the fan-out span (last − first) is p50 {ms(r['fan_out_span_per_version']['median_ms'])}, p99 "
             f"{ms(r['fan_out_span_per_version']['p99_ms'])}. The server spent {_per_event(r)} of CPU per "
             f"delivered event, ≈ {_per_version_ms(r)} per version for {n:,} connections, all in one event "
-            f"loop (one core at most). While the commits ran the machine was "
-            f"{r['cpu'].get('machine_busy_pct', 0):.0f} % busy: server {share.get('server', 0):.0f} %, "
-            f"client process {share.get('clients', 0):.0f} %, broker {share.get('broker', 0):.0f} %, "
-            f"materializer {share.get('materializer', 0):.0f} % of one core."
+            f"loop (one core at most). While the commits ran both cores were "
+            f"{r['cpu'].get('machine_busy_pct', 0):.0f} % busy; in shares of one core: server "
+            f"{share.get('server', 0):.0f} %, client process {share.get('clients', 0):.0f} %, broker "
+            f"{share.get('broker', 0):.0f} %, materializer {share.get('materializer', 0):.0f} %."
         )
     return notes
+
+
+def _p99_range(r: Results) -> str:
+    values = [one["commit_to_event"]["p99_ms"] for one in r.get("passes", [])]
+    return "–" if not values else f"{ms(min(values))}–{ms(max(values))}"
 
 
 def _per_version_ms(r: Results) -> str:
@@ -1802,6 +2153,56 @@ def _snapshot_notes(snap: Results) -> list[str]:
     return notes
 
 
+def _suggestions(results: Results) -> list[str]:
+    """What the measurements point at (nothing here is implemented by the benchmark)."""
+    items = []
+    base, what_if, gc_run = results.get("sse1000"), results.get("whatif"), results.get("gc")
+    if base and what_if:
+        items.append(
+            "**Encode each version's event once**, not once per client: `views.version_event` runs "
+            "`dataclasses.asdict` (a deep copy) and `json.dumps` for every connection. Measured as a what-if "
+            f"above: p99 {ms(base['commit_to_event']['p99_ms'])} → "
+            f"{ms(what_if['commit_to_event']['p99_ms'])}, "
+            f"server CPU per event {_per_event(base)} → {_per_event(what_if)}."
+        )
+    if gc_run and (gen2 := gc_run["gc"]["by_generation"].get("2")) and gen2["count"]:
+        items.append(
+            f"**Keep generation-2 collections out of the fan-out**: one took {ms(gen2['max_ms'])} with 1,000 "
+            "connections open. `gc.freeze()` once the server has started (and after clients connect in "
+            "bulk) or a higher `gc.set_threshold` for the oldest generation would shorten or space them; "
+            "fewer allocations per event (above) make them rarer. Not measured here."
+        )
+    if (prof := results.get("profile")) and prof.get("profile"):
+        items.append(
+            "**Fewer layers per write**: every event passes sse-starlette's per-send timeout scope "
+            "(`anyio.move_on_after`), three ASGI `send` wrappers (the access log's `observed`, Starlette's "
+            "exception and error middlewares) and uvicorn's `send` (cumulative times in the profile above); "
+            "with 1,000 clients each costs 1,000 times per version."
+        )
+    if (snap := results.get("snapshot")) and snap["server_steps"].get("same_bytes_without_encoder"):
+        steps = snap["server_steps"]["median_ms"]
+        encoder = next((v for k, v in steps.items() if "jsonable_encoder" in k), None)
+        decode = next((v for k, v in steps.items() if "segment_page" in k), None)
+        items.append(
+            f"**JSON snapshots**: return a `JSONResponse` built from `views.segments` (the same bytes; "
+            f"saves `jsonable_encoder`, {ms(encoder)} of the route at {snap['segments']:,} segments), and "
+            "build "
+            "the page's dicts from the snapshot's Arrow columns instead of Avro-decoding each segment "
+            f"into a `Segment` ({ms(decode)}); clients that want everything should ask for Arrow."
+        )
+    if results.get("tick"):
+        items.append(
+            "**Materializer tick**: the once-a-second `get_watermark_offsets(cached=False)` per table blocks "
+            "the consumer loop for about `fetch.wait.max.ms` per table (see its section). One ListOffsets "
+            "request for all of an instance's tables, the cached watermarks, or a thread of its own would "
+            "take it off the notification path; `check_redis()` also reads each table's whole key frame "
+            "from Redis every second to see that it exists."
+        )
+    if not items:
+        return []
+    return ["### Suggestions (not implemented here)", "", *report.bullets(items)]
+
+
 def _method(results: Results) -> list[str]:
     p = results["params"]
     client = (
@@ -1818,8 +2219,10 @@ def _method(results: Results) -> list[str]:
         *report.bullets(
             [
                 "Processes: the benchmark (one `TableWriter` committing; the snapshot requests), "
-                "`segcat serve --port P` (one process for the whole run, restarted only for the profiled "
-                "and what-if passes), for each scenario a `segcat materializer --metrics-port 0` whose "
+                "`segcat serve --port P` (one process for the reference scenarios; the profiled, "
+                "GC-observed and what-if passes each restart it through a `python -c` launcher that adds "
+                "its hook and then runs the same command), for each scenario a "
+                "`segcat materializer --metrics-port 0` whose "
                 "`--pattern` matches that scenario's table alone (consumer group and instance id of its "
                 "own: its tick then costs one watermark query, see above), a private `redis-server` "
                 "holding only this run's tables, one SSE client process and one Redis subscriber process; "
@@ -1842,9 +2245,8 @@ def _method(results: Results) -> list[str]:
                 "`Segment`, turns it into a dict (`segment_to_json`), and FastAPI runs `jsonable_encoder` "
                 "and `json.dumps` over the page; the Arrow route writes the snapshot's Arrow table as one "
                 "IPC stream. Neither is compressed (no gzip middleware).",
-                "The profiled pass restarts the server under cProfile for its last scenario and starts "
-                "the plain server again afterwards; its latencies are slowed by the profiler and are not "
-                "the reference figures.",
+                "The profiled pass's latencies are slowed by cProfile and are not reference figures; the "
+                "GC-observed pass adds one Python call per collection.",
             ]
         ),
     ]
