@@ -8,6 +8,7 @@ from fastapi import Request
 
 from segcat.catalog.config import Config
 from segcat.server.activity import ActivityTracker
+from segcat.server.event_frames import EventFrames
 from segcat.server.metrics import ServeMetrics
 from segcat.server.settings import ServeSettings
 from segcat.server.table_directory import TableDirectory
@@ -22,6 +23,7 @@ class ServerContext:
     activity: ActivityTracker
     feeds: FeedHub
     metrics: ServeMetrics
+    frames: EventFrames
 
 
 def context(request: Request) -> ServerContext:

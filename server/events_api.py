@@ -9,19 +9,17 @@ version (it was created since), a table known when a fresh stream starts at its 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from segcat.catalog.errors import InvalidArgument, SegcatError
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.watch import VersionChange
-from segcat.server import views
 from segcat.server.context import ServerContext, context
 from segcat.server.table_scout import PROBE_S
 from segcat.server.version_feed import TableFeed
@@ -42,12 +40,6 @@ def _version_arg(text: str, what: str) -> int:
     return value
 
 
-def _event(change: VersionChange, event_id: str) -> ServerSentEvent:
-    return ServerSentEvent(
-        json.dumps(views.version_event(change), separators=(",", ":")), event="version", id=event_id
-    )
-
-
 @router.get("/api/tables/{table}/events", summary="SSE: every accepted version of one table")
 async def table_events(
     table: str,
@@ -61,12 +53,12 @@ async def table_events(
     opened = await asyncio.to_thread(ctx.tables.open, table)
     feed = await ctx.feeds.feed(opened)
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[bytes]:
         ctx.metrics.sse_clients.inc()
         try:
             async for change in feed.follow(after):
                 ctx.metrics.events_sent.inc()
-                yield _event(change, str(change.version))
+                yield ctx.frames.frame(change)
         finally:
             ctx.metrics.sse_clients.dec()
 
@@ -112,7 +104,7 @@ async def all_events(
     resume = last_event_id if last_event_id is not None else from_
     start_ms, positions = (int(time.time() * 1000), {}) if resume is None else parse_cursor(resume)
 
-    async def stream() -> AsyncIterator[ServerSentEvent]:
+    async def stream() -> AsyncIterator[bytes]:
         merged: asyncio.Queue[tuple[str, VersionChange]] = asyncio.Queue(10_000)
         followers: dict[str, asyncio.Task[None]] = {}
         admin = ctx.tables.catalog.admin
@@ -166,7 +158,7 @@ async def all_events(
                     continue
                 positions[name] = change.version
                 ctx.metrics.events_sent.inc()
-                yield _event(change, format_cursor(start_ms, positions))
+                yield ctx.frames.frame(change, format_cursor(start_ms, positions))
         finally:
             ctx.metrics.sse_clients.dec()
             ctx.feeds.forget(added)
