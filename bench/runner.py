@@ -46,7 +46,13 @@ NS_PER_MS = 1_000_000
 FAST_MS = 100.0
 """A call faster than this gets ``fast_reps`` repetitions: cheap, and its median is noisier."""
 PACKAGES = ("confluent-kafka", "fastavro", "pyarrow", "deltalake", "pyiceberg", "SQLAlchemy")
-BENCH_MODULES = ("bench.commit_latency", "bench.read_paths", "bench.spark_overhead", "bench.lifecycle")
+BENCH_MODULES = (
+    "bench.commit_latency",
+    "bench.read_paths",
+    "bench.spark_overhead",
+    "bench.lifecycle",
+    "bench.serve",
+)
 
 
 # --------------------------------------------------------------------------- progress

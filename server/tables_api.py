@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from segcat.catalog.errors import InvalidArgument, SegcatError, ServiceUnavailable
+from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read.as_of import parse_as_of
@@ -114,20 +115,28 @@ def snapshot(
         if where is not None:
             query["where"] = where
         next_url = f"{request.url.path}?{urlencode(query)}"
-    return {
-        "table": snap.table,
-        "version": snap.version,
-        "timestamp_ms": snap.timestamp_ms,
-        "note": snap.note,
-        "origin": snap.origin,
-        "live_segments": total,
-        "live_rows": snap.live_rows if predicate is None else None,
-        "live_bytes": snap.live_bytes if predicate is None else None,
-        "where": where,
-        "matched_segments": snap.live_count,
-        "segments": views.segments(page),
-        "next": next_url,
-    }
+    return _json(
+        {
+            "table": snap.table,
+            "version": snap.version,
+            "timestamp_ms": snap.timestamp_ms,
+            "note": snap.note,
+            "origin": snap.origin,
+            "live_segments": total,
+            "live_rows": snap.live_rows if predicate is None else None,
+            "live_bytes": snap.live_bytes if predicate is None else None,
+            "where": where,
+            "matched_segments": snap.live_count,
+            "segments": views.segments(page),
+            "next": next_url,
+        }
+    )
+
+
+def _json(document: dict[str, Any]) -> Response:
+    """Strict JSON straight from the dict: the documents are JSON-ready already, and FastAPI's
+    ``jsonable_encoder`` walking 50,000 segments was half of a big snapshot's time."""
+    return Response(dumps(document).encode(), media_type="application/json")
 
 
 def _arrow(segments: pa.Table, version: int, timestamp_ms: int, total: int) -> Response:
@@ -153,7 +162,7 @@ def history(
     to: Annotated[int | None, Query(ge=0, le=MAX_VERSION + 1, description="Exclusive.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY)] = 100,
     accepted_only: bool = False,
-) -> dict[str, Any]:
+) -> Response:
     opened = ctx.tables.open(table)
     end = opened.log_end() + 1
     stop = end if to is None else min(to, end)
@@ -166,15 +175,17 @@ def history(
     counts = Counter(r["outcome"] for r in records)
     if accepted_only:
         records = [r for r in records if r["outcome"] == Outcome.ACCEPTED.value]
-    return {
-        "table": opened.name.qualified,
-        "from": start,
-        "to": stop,
-        "log_end": end - 1,
-        "records": records,
-        "verdict_counts": dict(sorted(counts.items())),
-        "next_from": stop if stop < end else None,
-    }
+    return _json(
+        {
+            "table": opened.name.qualified,
+            "from": start,
+            "to": stop,
+            "log_end": end - 1,
+            "records": records,
+            "verdict_counts": dict(sorted(counts.items())),
+            "next_from": stop if stop < end else None,
+        }
+    )
 
 
 @router.get("/{table}/diff", summary="Segments to load and unload between two versions")
@@ -184,15 +195,17 @@ def diff(
     from_: Annotated[int, Query(alias="from", ge=0, le=MAX_VERSION)],
     to: Annotated[int, Query(ge=0, le=MAX_VERSION)],
     limit: Annotated[int, Query(ge=0, le=MAX_PAGE, description="Segments listed per side.")] = 1_000,
-) -> dict[str, Any]:
+) -> Response:
     opened = ctx.tables.open(table)
     found = opened.diff(from_, to)
-    return {
-        "table": opened.name.qualified,
-        "from_version": found.from_version,
-        "to_version": found.to_version,
-        "load_count": len(found.added),
-        "unload_count": len(found.removed),
-        "load": views.segments(found.added[:limit]),
-        "unload": views.segments(found.removed[:limit]),
-    }
+    return _json(
+        {
+            "table": opened.name.qualified,
+            "from_version": found.from_version,
+            "to_version": found.to_version,
+            "load_count": len(found.added),
+            "unload_count": len(found.removed),
+            "load": views.segments(found.added[:limit]),
+            "unload": views.segments(found.removed[:limit]),
+        }
+    )
