@@ -319,6 +319,12 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._lease is not None:
             _release_on_sigterm(self)
 
+    def _release_done(self, upto: int) -> None:
+        """Let the lease go once the batches up to ``upto`` (which it covers) are done."""
+        if self._lease is not None and self._lease.version <= upto:
+            self._lease.release()
+            self._lease = None
+
     def _let_go(self) -> None:
         if self._lease is not None:
             self._lease.release()
@@ -343,6 +349,9 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
         after = int(start["version"])
+        # Spark asks for the next batch once the one ending at ``after`` is done; for the last batch
+        # of an availableNow query this is the only call left (commit comes with the next batch)
+        self._release_done(after)
         if self._target is not None and after >= self._target:
             return {"version": after}
         rows = self._follow().accepted_after(after, self._target)
@@ -371,9 +380,7 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark finished the batches up to ``end``: their lease goes (the next plan takes a new one)."""
-        if self._lease is not None and self._lease.version <= int(end["version"]):
-            self._lease.release()
-            self._lease = None
+        self._release_done(int(end["version"]))
         if self._follower is not None:
             self._follower.forget(int(end["version"]))
 
