@@ -36,7 +36,7 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
         settings=settings,
         tables=TableDirectory(catalog),
         activity=ActivityTracker(settings.activity_window_s),
-        feeds=FeedHub(catalog, settings.replay_limit),
+        feeds=FeedHub(catalog, settings.replay_limit, metrics.versions_seen.inc),
         metrics=metrics,
         frames=EventFrames(),
     )

@@ -185,8 +185,9 @@ class FeedHub:
     watchdog that keeps them moving while the materializer is down, and, once an all-tables
     stream is open, a scout that names the tables that moved."""
 
-    def __init__(self, catalog: Catalog, keep: int) -> None:
+    def __init__(self, catalog: Catalog, keep: int, on_version: Callable[[], None]) -> None:
         self._catalog = catalog
+        self._on_version = on_version
         self._keep = keep
         self._feeds: dict[str, TableFeed] = {}
         self._lock = asyncio.Lock()
@@ -195,12 +196,8 @@ class FeedHub:
         self._scout: TableScout | None = None
         self._listeners: set[asyncio.Queue[TableFeed]] = set()
         self._opening: set[str] = set()
-        self.versions_seen = 0
         self._watchdog = threading.Thread(target=self._watch_stalls, name="segcat-feed-watchdog", daemon=True)
         self._watchdog.start()
-
-    def _count(self) -> None:
-        self.versions_seen += 1
 
     async def feed(self, table: Table) -> TableFeed:
         name = table.name.qualified
@@ -211,7 +208,7 @@ class FeedHub:
             found = self._feeds.get(name)
             if found is None:
                 self._loop = loop = asyncio.get_running_loop()
-                found = await asyncio.to_thread(TableFeed, table, loop, self._keep, self._count)
+                found = await asyncio.to_thread(TableFeed, table, loop, self._keep, self._on_version)
                 self._feeds[name] = found
                 for listener in list(self._listeners):
                     listener.put_nowait(found)

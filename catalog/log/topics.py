@@ -144,34 +144,28 @@ class TopicAdmin:
 
     def log_ends(self, names: list[TableName]) -> dict[TableName, int]:
         """Each table's newest record offset (-1: empty topic), in one ListOffsets request."""
-        if not names:
-            return {}
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        wanted = {TopicPartition(name.topic, 0): latest for name in names}
-        try:
-            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
-            ends = {tp.topic: future.result(timeout=self._timeout).offset for tp, future in futures.items()}
-        except KafkaException as exc:
-            raise ServiceUnavailable(
-                f"cannot read the log ends of {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
-            ) from exc
-        return {name: int(ends[name.topic]) - 1 for name in names}
+        ends = self._list_offsets(names, OffsetSpec.latest(), "read the log ends of")  # type: ignore[no-untyped-call]
+        return {name: ends[name] - 1 for name in names}
 
     def first_offsets_after(self, names: list[TableName], timestamp_ms: int) -> dict[TableName, int | None]:
         """Each table's first record with a broker time after ``timestamp_ms`` (None: no such record),
         in one ListOffsets request."""
+        found = self._list_offsets(names, OffsetSpec.for_timestamp(timestamp_ms + 1), "look up times in")
+        return {name: (None if found[name] < 0 else found[name]) for name in names}
+
+    def _list_offsets(self, names: list[TableName], spec: OffsetSpec, what: str) -> dict[TableName, int]:
+        """The offset ``spec`` names in each table's partition, in one request (-1 where Kafka has none)."""
         if not names:
             return {}
-        spec = OffsetSpec.for_timestamp(timestamp_ms + 1)
         wanted = {TopicPartition(name.topic, 0): spec for name in names}
         try:
             futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
-            found = {tp.topic: future.result(timeout=self._timeout).offset for tp, future in futures.items()}
+            found = {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
         except KafkaException as exc:
             raise ServiceUnavailable(
-                f"cannot look up times in {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
+                f"cannot {what} {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
             ) from exc
-        return {name: (None if found[name.topic] < 0 else int(found[name.topic])) for name in names}
+        return {name: found[name.topic] for name in names}
 
     def delete(self, name: TableName) -> None:
         future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]
