@@ -42,6 +42,8 @@ class Config:
     request_timeout_s: float = 30.0
     redis_username: str | None = None
     redis_password: str | None = None
+    redis_cluster: bool = False
+    """``redis_url`` names one node of a Redis Cluster: the client finds the others and routes by slot."""
     s3_endpoint: str | None = None
     """Endpoint override for ``s3://`` warehouses (MinIO, a test server); None = AWS."""
     s3_region: str | None = None
@@ -91,6 +93,7 @@ class Config:
             request_timeout_s=src.number("SEGCAT_REQUEST_TIMEOUT_S", "request_timeout_s", 30.0, 0.1, 300.0),
             redis_username=src.optional_text("SEGCAT_REDIS_USERNAME", "redis_username"),
             redis_password=src.optional_text("SEGCAT_REDIS_PASSWORD", "redis_password"),
+            redis_cluster=src.flag("SEGCAT_REDIS_CLUSTER", "redis_cluster", False),
             s3_endpoint=src.optional_text("SEGCAT_S3_ENDPOINT", "s3_endpoint"),
             s3_region=src.optional_text("SEGCAT_S3_REGION", "s3_region"),
             keyframe_every_commits=src.integer(
@@ -130,6 +133,7 @@ _TOP_KEYS = (
     "request_timeout_s",
     "redis_username",
     "redis_password",
+    "redis_cluster",
     "s3_endpoint",
     "s3_region",
     "keyframe_every_commits",
@@ -218,6 +222,24 @@ class SettingsSource:
                 f"{self.origin(env_key, toml_key, section)} must be a non-empty string, not {shown}"
             )
         return value
+
+    def flag(self, env_key: str | None, toml_key: str, default: bool, section: str | None = None) -> bool:
+        """A yes/no setting: true/false (1/0, yes/no, on/off) in the environment, a TOML boolean."""
+        found = self._raw(env_key, toml_key, section)
+        if found is None:
+            return default
+        value, from_env = found
+        where = self.origin(env_key, toml_key, section)
+        if from_env:
+            text = str(value).strip().lower()
+            if text in {"1", "true", "yes", "on"}:
+                return True
+            if text in {"0", "false", "no", "off"}:
+                return False
+            raise ConfigError(f"{where} must be true or false, got {str(value)[:40]!r}")
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where} must be a boolean (true or false), not {_toml_kind(value)}")
 
     def integer(
         self, env_key: str | None, toml_key: str, default: int, lo: int, hi: int, section: str | None = None

@@ -67,6 +67,14 @@ class ServiceUnavailable(SegcatError):
     """Kafka or Redis did not answer within the configured timeout."""
 
 
+class NotAuthorized(SegcatError):
+    """Kafka (or Redis) knows who we are but refuses the operation: an ACL is missing.
+
+    Nothing was written. The message names the principal and the operation; the fix is an ACL
+    for that principal (docs/OPERATIONS.md lists each one's) or other credentials.
+    """
+
+
 class CommitConflict(SegcatError):
     """The log ordered a conflicting commit before ours (docs/PROTOCOL.md §4, rules 3–6).
 
@@ -146,6 +154,7 @@ EXIT_INVALID = 2
 EXIT_CONFLICT = 3
 EXIT_NOT_FOUND = 4
 EXIT_UNAVAILABLE = 5
+EXIT_NOT_AUTHORIZED = 6
 EXIT_INTERRUPTED = 130
 
 _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
@@ -161,12 +170,14 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (TableDropped, EXIT_NOT_FOUND),
     (VersionNotFound, EXIT_NOT_FOUND),
     (ServiceUnavailable, EXIT_UNAVAILABLE),
+    (NotAuthorized, EXIT_NOT_AUTHORIZED),
 )
 
 
 def exit_code(exc: BaseException) -> int:
     """The process exit code for an error (README, "Exit codes"), the same for every segcat
-    program: 2 invalid input, 3 conflict, 4 not found, 5 service unavailable, 1 anything else."""
+    program: 2 invalid input, 3 conflict, 4 not found, 5 service unavailable, 6 not authorized,
+    1 anything else."""
     for kind, code in _EXIT_CODES:
         if isinstance(exc, kind):
             return code

@@ -1,6 +1,8 @@
-"""``segcat stack up|down|status``: the local Kafka + Redis, without Docker."""
+"""``segcat stack up|down|status|env``: the local Kafka, Redis and S3, without Docker."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import click
 from rich.console import Console
@@ -15,21 +17,84 @@ console = Console()
 
 @click.group()
 def stack() -> None:
-    """Start, stop or inspect the local Kafka (KRaft) broker and Redis."""
+    """Start, stop or inspect the local Kafka (KRaft), Redis and S3 servers."""
+
+
+def _with_options(
+    settings: StackSettings,
+    brokers: int | None,
+    secure: bool | None,
+    s3: bool | None,
+    redis_cluster: bool | None,
+) -> StackSettings:
+    """Command-line options over the environment / TOML ``[stack]`` settings."""
+    chosen = {
+        "brokers": brokers,
+        "secure": secure,
+        "s3": s3,
+        "redis_cluster": redis_cluster,
+    }
+    return dataclasses.replace(settings, **{k: v for k, v in chosen.items() if v is not None})  # type: ignore[arg-type]
+
+
+def _print_settings(settings: StackSettings, principal: str) -> None:
+    for line in local_stack.client_settings(settings, principal):
+        console.print(f"  {line.shell()}", highlight=False, soft_wrap=True)
 
 
 @stack.command("up")
-def up() -> None:
-    """Start both services (fetching Kafka's jars once) and wait until they answer."""
-    info = local_stack.up(StackSettings.load(), reporter=local_stack.RichReporter(console))
+@click.option(
+    "--brokers", type=click.IntRange(1, 9), default=None, help="Kafka nodes (3: replication 3, min ISR 2)."
+)
+@click.option("--secure/--no-secure", default=None, help="SASL_SSL + SCRAM + ACLs, and a Redis ACL user.")
+@click.option("--s3/--no-s3", default=None, help="Also run an S3-compatible server with a bucket.")
+@click.option(
+    "--redis-cluster/--no-redis-cluster", default=None, help="Three Redis masters as a Redis Cluster."
+)
+def up(brokers: int | None, secure: bool | None, s3: bool | None, redis_cluster: bool | None) -> None:
+    """Start every service (fetching jars once), wait until all answer, print the client settings."""
+    settings = _with_options(StackSettings.load(), brokers, secure, s3, redis_cluster)
+    info = local_stack.up(settings, reporter=local_stack.RichReporter(console))
     started = ", ".join(info.started) or "nothing (already running)"
     console.print(
         f"[green]stack up[/] kafka={info.bootstrap_servers} redis={info.redis_url} started: {started}"
     )
-    if info.bootstrap_servers != DEFAULT_BOOTSTRAP_SERVERS or info.redis_url != DEFAULT_REDIS_URL:
-        console.print("clients reach this stack with:")
-        console.print(f"  export SEGCAT_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
-        console.print(f"  export SEGCAT_REDIS_URL={info.redis_url}")
+    default = not (settings.secure or settings.s3 or settings.redis_cluster or settings.brokers > 1)
+    if (
+        default
+        and info.bootstrap_servers == DEFAULT_BOOTSTRAP_SERVERS
+        and info.redis_url == DEFAULT_REDIS_URL
+    ):
+        return
+    principal = "writer" if settings.secure else ""
+    console.print(
+        "clients reach this stack with"
+        + (
+            " (as the writer; `segcat stack env --principal reader|materializer` for the others)"
+            if principal
+            else ""
+        )
+        + ":"
+    )
+    _print_settings(settings, principal or "writer")
+
+
+@stack.command("env")
+@click.option(
+    "--principal",
+    type=click.Choice(["writer", "reader", "materializer"]),
+    default="writer",
+    show_default=True,
+    help="Whose credentials (a --secure stack only).",
+)
+def env(principal: str) -> None:
+    """Print the `export SEGCAT_...` lines a client needs (`eval "$(segcat stack env)"`).
+
+    Secrets are never printed: their lines read them from their files (mode 0600).
+    """
+    settings = local_stack.effective_settings(StackSettings.load())
+    for line in local_stack.client_settings(settings, principal):
+        click.echo(line.shell())
 
 
 @stack.command("down")

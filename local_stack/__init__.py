@@ -1,43 +1,54 @@
-"""A Docker-free local stack: one Kafka broker (KRaft) and one Redis, under ``.segcat/``.
+"""A Docker-free local stack under ``.segcat/``: Kafka (KRaft), Redis and, on request, S3.
 
-``up`` starts what is missing and waits until both answer; ``down`` stops only processes
-this module started (verified by pid file, start time and command line); ``status``
-reports both. Library calls are quiet; pass ``reporter=RichReporter()`` for spinners.
+The default is one Kafka broker and one Redis. ``StackSettings`` asks for more: ``brokers=3``
+(a KRaft cluster, replication 3, min ISR 2), ``secure`` (SASL_SSL + SCRAM + ACLs, a Redis
+ACL user), ``s3`` (an S3-compatible server and a bucket) and ``redis_cluster`` (three Redis
+masters). ``up`` starts what is missing and waits until everything answers, then runs each
+service's one-time set-up; ``down`` stops only processes this module started (verified by
+pid file, start time and command line); ``status`` reports each process. The topology of a
+running stack is recorded in its home, so ``down`` and ``status`` need no options.
+Library calls are quiet; pass ``reporter=RichReporter()`` for spinners.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import json
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from segcat.local_stack import kafka, process, redis
+from segcat.local_stack import kafka, process, redis, s3proxy
 from segcat.local_stack.errors import StackError
 from segcat.local_stack.layout import LOOPBACK, Layout
-from segcat.local_stack.probe import KafkaProbe, kafka_answers, redis_answers
 from segcat.local_stack.report import LogReporter, Reporter, RichReporter
+from segcat.local_stack.service import ClientSetting, ServiceSpec
 from segcat.local_stack.settings import StackSettings
 
 __all__ = [
+    "ClientSetting",
     "LogReporter",
     "Reporter",
     "RichReporter",
     "ServiceStatus",
     "StackInfo",
     "StackStatus",
+    "client_environment",
+    "client_settings",
     "down",
+    "effective_settings",
     "status",
     "up",
 ]
 
 log = logging.getLogger(__name__)
 
-SERVICES = (redis.NAME, kafka.NAME)
-"""Start order: Redis first (instant), then Kafka (may fetch jars, takes seconds)."""
+TOPOLOGY_FIELDS = ("brokers", "secure", "s3", "redis_cluster")
+"""The options that decide which processes a stack has (recorded while it runs)."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,13 @@ class StackInfo:
     bootstrap_servers: str
     redis_url: str
     kafka_pid: int | None
+    """The first Kafka node's pid."""
     redis_pid: int | None
     started: list[str]
+    settings: StackSettings
+    """The settings the stack runs with (for ``client_settings``)."""
+    pids: dict[str, int]
+    """Every process of the stack by service name (``kafka-2``, ``redis-1``, ``s3``)."""
 
 
 @dataclass(frozen=True)
@@ -65,52 +81,76 @@ class ServiceStatus:
 
 @dataclass(frozen=True)
 class StackStatus:
-    kafka: ServiceStatus
-    redis: ServiceStatus
+    services: tuple[ServiceStatus, ...]
+
+    def _first(self, prefix: str) -> ServiceStatus:
+        return next(s for s in self.services if s.name.split("-")[0] == prefix)
 
     @property
-    def services(self) -> tuple[ServiceStatus, ServiceStatus]:
-        return (self.kafka, self.redis)
+    def kafka(self) -> ServiceStatus:
+        return self._first(kafka.NAME)
+
+    @property
+    def redis(self) -> ServiceStatus:
+        return self._first(redis.NAME)
 
     @property
     def running(self) -> bool:
         return all(s.running for s in self.services)
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """What ``up``/``down``/``status`` need to know about one service."""
-
-    name: str
-    address: str
-    ports: tuple[tuple[int, str], ...]
-    """(port, env var that changes it) pairs that must be free before starting."""
-    start: Callable[[Layout, StackSettings, Reporter], process.PidRecord]
-    probe: Callable[[], Callable[[float], bool]]
+def _specs(layout: Layout, settings: StackSettings) -> list[ServiceSpec]:
+    """Start order: Redis first (instant), then Kafka (may fetch jars, takes seconds), then S3."""
+    return [
+        *redis.specs(layout, settings),
+        *kafka.specs(layout, settings),
+        *s3proxy.specs(layout, settings),
+    ]
 
 
-def _specs(s: StackSettings) -> dict[str, _Spec]:
-    kafka_bootstrap = kafka.address(s)
-    redis_url = redis.url(s)
-    return {
-        redis.NAME: _Spec(
-            name=redis.NAME,
-            address=redis.address(s),
-            ports=((s.redis_port, "SEGCAT_STACK_REDIS_PORT"),),
-            start=redis.start,
-            probe=lambda: lambda timeout: redis_answers(redis_url, timeout),
-        ),
-        kafka.NAME: _Spec(
-            name=kafka.NAME,
-            address=kafka_bootstrap,
-            ports=(
-                (s.kafka_port, "SEGCAT_STACK_KAFKA_PORT"),
-                (s.kafka_controller_port, "SEGCAT_STACK_KAFKA_CONTROLLER_PORT"),
-            ),
-            start=kafka.start,
-            probe=lambda: KafkaProbe(kafka_bootstrap).answers,
-        ),
-    }
+def _finish(layout: Layout, settings: StackSettings, reporter: Reporter) -> None:
+    redis.finish(layout, settings, reporter)
+    kafka.finish(layout, settings, reporter)
+    s3proxy.finish(layout, settings, reporter)
+
+
+def client_settings(settings: StackSettings, principal: str = "writer") -> list[ClientSetting]:
+    """The ``SEGCAT_*`` (and AWS) variables a client acting as ``principal`` needs.
+
+    ``principal`` (writer, reader, materializer) matters on a ``secure`` stack only.
+    """
+    layout = Layout.of(settings)
+    out = [
+        *kafka.client_settings(layout, settings, principal),
+        *redis.client_settings(layout, settings),
+        *s3proxy.client_settings(layout, settings),
+    ]
+    return out
+
+
+def client_environment(settings: StackSettings, principal: str = "writer") -> dict[str, str]:
+    """``client_settings`` as an environment with the secrets read in (for ``Config.load(env=...)``)."""
+    return {c.name: c.reveal() for c in client_settings(settings, principal)}
+
+
+def _topology(settings: StackSettings) -> dict[str, object]:
+    return {name: getattr(settings, name) for name in TOPOLOGY_FIELDS}
+
+
+def _recorded_topology(layout: Layout) -> dict[str, object] | None:
+    try:
+        data = json.loads((layout.run / "topology.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and set(data) == set(TOPOLOGY_FIELDS) else None
+
+
+def effective_settings(settings: StackSettings) -> StackSettings:
+    """``settings`` with the topology of the stack that runs from this home, if one does."""
+    recorded = _recorded_topology(Layout.of(settings))
+    if recorded is None:
+        return settings
+    return dataclasses.replace(settings, **recorded)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -139,46 +179,55 @@ def _our_record(layout: Layout, name: str) -> process.PidRecord | None:
 
 
 def up(settings: StackSettings, *, reporter: Reporter | None = None) -> StackInfo:
-    """Start (or reuse) the local Kafka broker and Redis and wait until both answer.
+    """Start (or reuse) every process of the stack, wait until all answer, then set them up.
 
-    Idempotent: processes of ours that are alive are reused. A port answered by some other
-    program fails fast with a StackError naming the env var that moves it. On timeout the
-    services started by this call are stopped again and the error carries the log's tail.
+    Idempotent: processes of ours that are alive are reused (a killed node is started again).
+    A port answered by some other program fails fast with a StackError naming the env var
+    that moves it; a stack of another topology running from the same home is an error too.
+    On timeout the services started by this call are stopped again and the error carries the
+    log's tail.
     """
     layout = Layout.of(settings)
     reporter = reporter or LogReporter()
-    specs = _specs(settings)
+    specs = _specs(layout, settings)
     layout.make_dirs()
     with _locked(layout):
+        recorded = _recorded_topology(layout)
         records: dict[str, process.PidRecord | None] = {}
-        for name in SERVICES:
-            spec = specs[name]
-            record = _our_record(layout, name)
+        for spec in specs:
+            record = _our_record(layout, spec.name)
             if record is not None and record.address != spec.address:
                 raise StackError(
-                    f"segcat's {name} from {layout.home} is running on {record.address}, but the "
-                    f"config asks for {spec.address}; run `segcat stack down` first"
+                    f"segcat's {spec.name} from {layout.home} is running on {record.address}, but "
+                    f"the config asks for {spec.address}; run `segcat stack down` first"
                 )
-            if record is None:
+            records[spec.name] = record
+        running = [name for name, record in records.items() if record is not None]
+        if recorded is not None and recorded != _topology(settings) and (running or _any_running(layout)):
+            raise StackError(
+                f"the stack in {layout.home} runs with {_describe(recorded)}, but this `up` asks for "
+                f"{_describe(_topology(settings))}; run `segcat stack down` first"
+            )
+        for spec in specs:
+            if records[spec.name] is None:
                 _check_ports_free(spec, layout)
-            records[name] = record
+        (layout.run / "topology.json").write_text(json.dumps(_topology(settings)) + "\n")
 
         started: dict[str, process.PidRecord] = {}
         try:
-            for name in SERVICES:
-                existing = records[name]
+            for spec in specs:
+                existing = records[spec.name]
                 if existing is None:
-                    started[name] = specs[name].start(layout, settings, reporter)
-                    records[name] = started[name]
+                    started[spec.name] = spec.start(layout, settings, reporter)
+                    records[spec.name] = started[spec.name]
                 else:
-                    reporter.info(f"Reusing {name} (pid {existing.pid}) on {existing.address}")
+                    reporter.info(f"Reusing {spec.name} (pid {existing.pid}) on {existing.address}")
             deadline = time.monotonic() + settings.start_timeout_s
-            for name in SERVICES:
-                record = records[name]
+            for spec in specs:
+                record = records[spec.name]
                 assert record is not None
-                _wait_until_answering(
-                    specs[name], record, layout, settings.start_timeout_s, deadline, reporter
-                )
+                _wait_until_answering(spec, record, layout, settings.start_timeout_s, deadline, reporter)
+            _finish(layout, settings, reporter)
         except BaseException:
             for name, record in started.items():
                 log.warning("stopping %s (pid %d) after a failed start", name, record.pid)
@@ -186,17 +235,30 @@ def up(settings: StackSettings, *, reporter: Reporter | None = None) -> StackInf
                 process.remove_pid_file(layout.pid_file(name))
             raise
 
-    kafka_record, redis_record = records[kafka.NAME], records[redis.NAME]
+    pids = {name: record.pid for name, record in records.items() if record is not None}
+    kafka_name = kafka.node_name(settings, 0)
+    redis_name = next((spec.name for spec in specs if spec.name.startswith(redis.NAME)), redis.NAME)
     return StackInfo(
-        bootstrap_servers=kafka.address(settings),
+        bootstrap_servers=settings.bootstrap_servers,
         redis_url=redis.url(settings),
-        kafka_pid=kafka_record.pid if kafka_record else None,
-        redis_pid=redis_record.pid if redis_record else None,
-        started=[name for name in SERVICES if name in started],
+        kafka_pid=pids.get(kafka_name),
+        redis_pid=pids.get(redis_name),
+        started=[spec.name for spec in specs if spec.name in started],
+        settings=settings,
+        pids=pids,
     )
 
 
-def _check_ports_free(spec: _Spec, layout: Layout) -> None:
+def _describe(topology: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in topology.items())
+
+
+def _any_running(layout: Layout) -> bool:
+    """Any process of ours from this home, whatever its name (a node of another topology)."""
+    return any(_our_record(layout, pid.stem) is not None for pid in layout.run.glob("*.pid"))
+
+
+def _check_ports_free(spec: ServiceSpec, layout: Layout) -> None:
     for port, env_var in spec.ports:
         if process.port_answers(LOOPBACK, port):
             raise StackError(
@@ -207,7 +269,7 @@ def _check_ports_free(spec: _Spec, layout: Layout) -> None:
 
 
 def _wait_until_answering(
-    spec: _Spec,
+    spec: ServiceSpec,
     record: process.PidRecord,
     layout: Layout,
     timeout_s: float,
@@ -241,23 +303,28 @@ def down(
     timeout_s: float = 30.0,
     reporter: Reporter | None = None,
 ) -> list[str]:
-    """Stop our Kafka and Redis (or just ``services``); returns the names actually stopped.
+    """Stop our processes (or just ``services``, by name or kind: ``kafka`` stops every node);
+    returns the names actually stopped.
 
     Only pids recorded by ``up`` whose start time and command line still match are
     signalled; anything else listening on the ports is left alone.
     """
     layout = Layout.of(settings)
     reporter = reporter or LogReporter()
-    wanted = list(SERVICES if services is None else services)
-    unknown = set(wanted) - set(SERVICES)
-    if unknown:
-        raise StackError(f"unknown service(s) {sorted(unknown)}; known: {list(SERVICES)}")
-    stopped: list[str] = []
     if not layout.run.is_dir():
-        return stopped
+        return []
+    stopped: list[str] = []
     with _locked(layout):
-        for name in reversed(SERVICES):  # Kafka first: it is the one clients hold open
-            if name not in wanted:
+        names = [pid.stem for pid in sorted(layout.run.glob("*.pid"))]
+        known = {n.split("-")[0] for n in names} | set(names) | {kafka.NAME, redis.NAME, s3proxy.NAME}
+        wanted = set(names if services is None else services)
+        unknown = wanted - known
+        if unknown:
+            raise StackError(f"unknown service(s) {sorted(unknown)}; known: {sorted(known)}")
+        # Kafka first: it is the one clients hold open; then S3, then Redis.
+        order = sorted(names, key=lambda n: {"kafka": 0, "s3": 1}.get(n.split("-")[0], 2))
+        for name in order:
+            if name not in wanted and name.split("-")[0] not in wanted:
                 continue
             record = _our_record(layout, name)
             if record is None:
@@ -268,31 +335,28 @@ def down(
                 raise StackError(f"{name} (pid {record.pid}) did not stop, even after SIGKILL")
             process.remove_pid_file(layout.pid_file(name))
             stopped.append(name)
+        if not _any_running(layout):
+            (layout.run / "topology.json").unlink(missing_ok=True)
     return stopped
 
 
 def status(settings: StackSettings) -> StackStatus:
-    """Per service: is our process running, and does anything answer at its address?"""
+    """Per process of the stack (as recorded while it runs): is it ours and running, and does
+    anything answer its protocol at its address?"""
+    settings = effective_settings(settings)
     layout = Layout.of(settings)
-    specs = _specs(settings)
 
-    def one(name: str) -> ServiceStatus:
-        spec = specs[name]
-        record = process.read_pid_file(layout.pid_file(name))
+    def one(spec: ServiceSpec) -> ServiceStatus:
+        record = process.read_pid_file(layout.pid_file(spec.name))
         running = record is not None and process.is_ours(record)
-        port = spec.ports[0][0]
-        listening = process.port_answers(LOOPBACK, port)
-        if name == kafka.NAME:
-            answering = listening and kafka_answers(spec.address, 2.0)
-        else:
-            answering = listening and redis_answers(redis.url(settings), 1.0)
+        listening = process.port_answers(LOOPBACK, spec.ports[0][0])
         return ServiceStatus(
-            name=name,
+            name=spec.name,
             running=running,
             pid=record.pid if running and record is not None else None,
             address=record.address if running and record is not None else spec.address,
-            answering=answering,
-            log_path=layout.log_file(name),
+            answering=listening and spec.probe()(2.0),
+            log_path=layout.log_file(spec.name),
         )
 
-    return StackStatus(kafka=one(kafka.NAME), redis=one(redis.NAME))
+    return StackStatus(services=tuple(one(spec) for spec in _specs(layout, settings)))

@@ -38,9 +38,31 @@ class Layout:
     def kafka_data(self) -> Path:
         return self.home / "kafka-data"
 
+    def kafka_node_data(self, node: int) -> Path:
+        """Log dir of node ``node`` of a multi-broker stack (a single broker keeps ``kafka_data``)."""
+        return self.home / f"kafka-data-{node + 1}"
+
     @property
     def redis_data(self) -> Path:
         return self.home / "redis"
+
+    def redis_node_data(self, node: int) -> Path:
+        """Working dir (nodes.conf) of master ``node`` of a Redis Cluster stack."""
+        return self.home / f"redis-cluster-{node + 1}"
+
+    @property
+    def s3_data(self) -> Path:
+        """S3Proxy's filesystem backend: one folder per bucket."""
+        return self.home / "s3-data"
+
+    @property
+    def s3proxy_jars(self) -> Path:
+        return self.home / "s3proxy" / "jars"
+
+    @property
+    def secrets(self) -> Path:
+        """Passwords, the CA and keys of a ``--secure`` stack (mode 0700, files 0600)."""
+        return self.home / "secrets"
 
     @property
     def conf(self) -> Path:

@@ -19,6 +19,11 @@ DEFAULT_KAFKA_PORT = 19092
 DEFAULT_KAFKA_CONTROLLER_PORT = 19093
 DEFAULT_REDIS_PORT = 16379
 DEFAULT_KAFKA_VERSION = "4.1.1"
+DEFAULT_S3_PORT = 19000
+DEFAULT_S3PROXY_VERSION = "2.6.0"
+DEFAULT_S3_BUCKET = "segcat"
+NODE_PORT_STRIDE = 10
+"""Node i of a multi-broker stack listens on ``kafka_port + 10*i`` (controller likewise)."""
 
 _KEYS = (
     "kafka_version",
@@ -27,6 +32,13 @@ _KEYS = (
     "kafka_heap",
     "redis_port",
     "start_timeout_s",
+    "brokers",
+    "secure",
+    "s3",
+    "s3_port",
+    "s3proxy_version",
+    "s3_bucket",
+    "redis_cluster",
 )
 
 
@@ -41,6 +53,17 @@ class StackSettings:
     kafka_heap: str = "512m"
     redis_port: int = DEFAULT_REDIS_PORT
     start_timeout_s: float = 120.0
+    brokers: int = 1
+    """1, or a KRaft cluster of this many combined broker+controller nodes (replication 3, min ISR 2)."""
+    secure: bool = False
+    """SASL_SSL (SCRAM-SHA-512) with a CA made for the stack, Kafka ACLs per principal, a Redis ACL user."""
+    s3: bool = False
+    """Also run an S3-compatible server (S3Proxy, filesystem backend) with a bucket for the warehouse."""
+    s3_port: int = DEFAULT_S3_PORT
+    s3proxy_version: str = DEFAULT_S3PROXY_VERSION
+    s3_bucket: str = DEFAULT_S3_BUCKET
+    redis_cluster: bool = False
+    """Three Redis masters (``redis_port`` .. ``redis_port + 2``) joined as a Redis Cluster."""
 
     @classmethod
     def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> StackSettings:
@@ -69,11 +92,30 @@ class StackSettings:
                 "SEGCAT_STACK_REDIS_PORT", "redis_port", DEFAULT_REDIS_PORT, 1, 65535, "stack"
             ),
             start_timeout_s=src.number(None, "start_timeout_s", 120.0, 1.0, 3600.0, "stack"),
+            brokers=src.integer("SEGCAT_STACK_BROKERS", "brokers", 1, 1, 9, "stack"),
+            secure=src.flag("SEGCAT_STACK_SECURE", "secure", False, "stack"),
+            s3=src.flag("SEGCAT_STACK_S3", "s3", False, "stack"),
+            s3_port=src.integer("SEGCAT_STACK_S3_PORT", "s3_port", DEFAULT_S3_PORT, 1, 65535, "stack"),
+            s3proxy_version=src.text(None, "s3proxy_version", DEFAULT_S3PROXY_VERSION, "stack"),
+            s3_bucket=src.text("SEGCAT_STACK_S3_BUCKET", "s3_bucket", DEFAULT_S3_BUCKET, "stack"),
+            redis_cluster=src.flag("SEGCAT_STACK_REDIS_CLUSTER", "redis_cluster", False, "stack"),
+        )
+
+    def node_ports(self, node: int) -> tuple[int, int, int]:
+        """(client, controller, inter-broker) ports of node ``node`` (0-based)."""
+        offset = NODE_PORT_STRIDE * node
+        return (
+            self.kafka_port + offset,
+            self.kafka_controller_port + offset,
+            self.kafka_port + offset + 2,
         )
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        return ",".join(f"127.0.0.1:{self.node_ports(i)[0]}" for i in range(self.brokers))
+
+    def redis_ports(self) -> list[int]:
+        return [self.redis_port + i for i in range(3 if self.redis_cluster else 1)]
 
     @property
     def redis_url(self) -> str:

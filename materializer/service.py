@@ -132,6 +132,21 @@ _FLUSH_BEFORE_PARKING = {"rules", "archive", "keyframe"}
 """Stages after which the queued Redis writes (of records before the failed one) still go out."""
 
 
+def check_pattern(pattern: str) -> str:
+    """A topic pattern is a regex starting with ``^``: librdkafka takes anything else for one
+    literal topic name, so ``segcat\\.ns\\..*`` would silently follow nothing."""
+    if not pattern.startswith("^"):
+        raise ConfigError(
+            f"--pattern {pattern!r} must be a regular expression starting with '^' (Kafka clients "
+            f"treat anything else as one literal topic name), e.g. '^{pattern}'"
+        )
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"--pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    return pattern
+
+
 class Materializer:
     """The long-running service; ``run`` until ``stop`` is set (SIGTERM / SIGINT set it)."""
 
@@ -151,7 +166,7 @@ class Materializer:
             config, self._table_facts, interval_s=maintenance_interval_s
         )
         self.group_id = group_id
-        self.pattern = pattern
+        self.pattern = check_pattern(pattern)
         self.instance_id = check_instance_id(default_instance_id() if instance_id is None else instance_id)
         if session_timeout_ms is not None and session_timeout_ms < 1:
             raise ConfigError(f"session timeout must be ≥ 1 ms, got {session_timeout_ms}")

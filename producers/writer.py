@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -29,9 +29,10 @@ from segcat.catalog.errors import (
     ServiceUnavailable,
     TableDropped,
 )
+from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.log.topics import TopicAdmin, unreachable_hint
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
 from segcat.catalog.protocol.expressions import Predicate
@@ -301,6 +302,7 @@ class TableWriter:
             offset, error = self._produce(key, value)
             if offset is not None:
                 return offset
+            refusals.raise_refusal(error, self.config, f"writing commit {cid} to {self.name.topic}")
             last_error = error
             log.warning("commit %s: delivery failed (attempt %d/%d): %s", cid, attempt, attempts, error)
             try:
@@ -319,10 +321,15 @@ class TableWriter:
         def delivered(err: KafkaError | None, msg: Message) -> None:
             result.append((None, err) if err is not None else (msg.offset(), None))
 
-        self._producer.produce(self.name.topic, value=value, key=key, on_delivery=delivered)
-        deadline = time.monotonic() + self.config.request_timeout_s + 5
-        while not result and time.monotonic() < deadline:
-            self._producer.poll(0.05)
+        doing = f"writing to {self.name.topic}"
+        try:
+            self._producer.produce(self.name.topic, value=value, key=key, on_delivery=delivered)
+            deadline = time.monotonic() + self.config.request_timeout_s + 5
+            while not result and time.monotonic() < deadline:
+                self._producer.poll(0.05)
+        except KafkaException as exc:  # a fatal producer error (e.g. no idempotent-write right)
+            refusals.raise_refusal(exc, self.config, doing)
+            raise ServiceUnavailable(f"{doing} failed: {exc}; {unreachable_hint(self.config)}") from exc
         if not result:
             return None, KafkaError(KafkaError._MSG_TIMED_OUT)
         return result[0]

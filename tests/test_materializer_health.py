@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
 from segcat.materializer import endpoints, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay, redis_cause
-from segcat.materializer.service import check_instance_id, default_instance_id
+from segcat.materializer.service import check_instance_id, check_pattern, default_instance_id
 
 
 class FakeClock:
@@ -246,3 +246,26 @@ def test_an_outage_is_retried_every_ten_seconds_at_most() -> None:
             gate.failed(down, "ns.a")
     gaps = [round(b - a) for a, b in itertools.pairwise(tries)]
     assert gaps[:4] == [1, 2, 4, 8] and set(gaps[4:]) == {10}
+
+
+# ---------------------------------------------------------------------- topic pattern
+
+
+def test_a_pattern_without_caret_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """librdkafka takes a pattern without '^' for a literal topic: the materializer followed
+    nothing, silently (found on the secure stack). Now it is a ConfigError naming the fix."""
+    assert check_pattern(r"^segcat\.ns\..*") == r"^segcat\.ns\..*"
+    with pytest.raises(ConfigError, match=r"starting with '\^'.*e\.g\. '\^segcat"):
+        check_pattern(r"segcat\.ns\..*")
+    with pytest.raises(ConfigError, match="not a valid regular expression"):
+        check_pattern("^segcat(")
+    env = {**os.environ, "SEGCAT_HOME": str(tmp_path), "SEGCAT_WAREHOUSE": str(tmp_path / "w")}
+    done = subprocess.run(
+        [sys.executable, "-m", "segcat.materializer", "--pattern", "segcat.x", "--metrics-port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "must be a regular expression starting with '^'" in done.stderr

@@ -19,12 +19,15 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError
+from segcat.catalog.log import refusals
 
 _librdkafka_log = logging.getLogger("segcat.librdkafka")
 _quiet_log = logging.getLogger("segcat.librdkafka.check")
 _quiet_log.addHandler(logging.NullHandler())
 _quiet_log.propagate = False
 _PROPERTY = re.compile(r'property:? "([^"]+)"')
+_SECRET = re.compile(r"password|secret|key|token|jaas", re.IGNORECASE)
+"""Settings whose values never appear in a message."""
 
 
 def check_kafka_settings(config: Config) -> None:
@@ -38,8 +41,9 @@ def check_kafka_settings(config: Config) -> None:
     named = match.group(1) if match else None
     if named is not None and named in config.kafka:
         origin = config.kafka_origins.get(named, f"Kafka setting {named!r}")
+        shown = "<hidden>" if _SECRET.search(named) else repr(config.kafka[named])
         raise ConfigError(
-            f"{origin} (librdkafka setting {named}={config.kafka[named]!r}) is refused: {problem}; "
+            f"{origin} (librdkafka setting {named}={shown}) is refused: {problem}; "
             "fix or remove it (librdkafka's CONFIGURATION.md lists the settings)"
         )
     origins = ", ".join(config.kafka_origins.get(key, key) for key in sorted(config.kafka))
@@ -59,7 +63,11 @@ def _librdkafka_refuses(settings: tuple[tuple[str, str], ...]) -> str | None:
 
 def _base(config: Config) -> dict[str, Any]:
     check_kafka_settings(config)
-    return {"logger": _librdkafka_log, **config.kafka_client_config()}
+    return {
+        "logger": _librdkafka_log,
+        "error_cb": refusals.error_callback(config),
+        **config.kafka_client_config(),
+    }
 
 
 def admin_config(config: Config) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ServiceUnavailable
+from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import consumer_config
+from segcat.catalog.log.topics import unreachable_hint
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 
@@ -26,6 +28,7 @@ class LogReader:
     def __init__(self, config: Config, name: TableName) -> None:
         self._name = name
         self._timeout = config.request_timeout_s
+        self._config = config
         self._consumer = Consumer(consumer_config(config))
         self._assigned_at: int | None = None
 
@@ -45,7 +48,10 @@ class LogReader:
                 TopicPartition(self._name.topic, 0), timeout=self._timeout, cached=False
             )
         except KafkaException as exc:
-            raise ServiceUnavailable(f"cannot read the end of {self._name.topic}: {exc}") from exc
+            refusals.raise_refusal(exc, self._config, f"reading {self._name.topic}")
+            raise ServiceUnavailable(
+                f"cannot read the end of {self._name.topic}: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
         return int(low), int(high)
 
     def offset_for_time(self, timestamp_ms: int) -> int | None:
@@ -55,6 +61,7 @@ class LogReader:
                 [TopicPartition(self._name.topic, 0, timestamp_ms)], timeout=self._timeout
             )
         except KafkaException as exc:
+            refusals.raise_refusal(exc, self._config, f"reading {self._name.topic}")
             raise ServiceUnavailable(f"offsets_for_times failed on {self._name.topic}: {exc}") from exc
         return None if tp.offset < 0 else int(tp.offset)
 
@@ -83,6 +90,7 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                refusals.raise_refusal(err, self._config, f"reading {self._name.topic}")
                 raise ServiceUnavailable(f"reading {self._name.topic} failed: {err}")
             _, ts = msg.timestamp()
             offset = msg.offset()

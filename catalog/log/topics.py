@@ -20,6 +20,7 @@ from segcat.catalog.errors import (
     TableAlreadyExists,
     TableNotFound,
 )
+from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import admin_config
 from segcat.catalog.protocol.names import TOPIC_PREFIX, TableName
 
@@ -81,6 +82,7 @@ class TopicAdmin:
                     f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
                     "a table whose name differs only in those collides with an existing one)"
                 ) from exc
+            refusals.raise_refusal(exc, self._config, f"creating topic {name.topic}")
             raise ServiceUnavailable(
                 f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
             ) from exc
@@ -103,6 +105,7 @@ class TopicAdmin:
         ):
             raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
         if topic_md.error is not None:
+            refusals.raise_refusal(topic_md.error, self._config, f"describing topic {name.topic}")
             raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
         partitions = len(topic_md.partitions)
         resource = ConfigResource("topic", name.topic)
@@ -110,6 +113,7 @@ class TopicAdmin:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
             entries = futures[resource].result(timeout=self._timeout)
         except KafkaException as exc:
+            refusals.raise_refusal(exc, self._config, f"reading the config of topic {name.topic}")
             raise ServiceUnavailable(
                 f"cannot read the config of {name.topic}: {exc}; {unreachable_hint(self._config)}"
             ) from exc
@@ -162,6 +166,7 @@ class TopicAdmin:
             futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
             found = {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
         except KafkaException as exc:
+            refusals.raise_refusal(exc, self._config, f"asking for offsets ({what})")
             raise ServiceUnavailable(
                 f"cannot {what} {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
             ) from exc
@@ -172,12 +177,15 @@ class TopicAdmin:
         try:
             future.result(timeout=self._timeout)
         except KafkaException as exc:
+            refusals.raise_refusal(exc, self._config, f"deleting topic {name.topic}")
             raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
 
     def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
         try:
             return self._admin.list_topics(topic=topic, timeout=self._timeout)
         except KafkaException as exc:
+            self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
+            refusals.raise_if_credentials_refused(self._config, exc)
             raise ServiceUnavailable(
                 f"Kafka at {self._config.bootstrap_servers} did not answer within "
                 f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
@@ -201,8 +209,12 @@ def unreachable_hint(config: Config) -> str:
 
     Only when the address is on this machine and nothing listens there does starting the
     local stack help; a broker that accepts connections but not our handshake (SASL against a
-    plaintext listener, TLS mismatch) needs its security settings checked instead.
+    plaintext listener, TLS mismatch) needs its security settings checked instead, and a
+    handshake the broker refused names the setting to fix.
     """
+    refused = refusals.credentials_hint(config)
+    if refused is not None:
+        return refused
     host = config.bootstrap_servers.rpartition(":")[0]
     if host in ("127.0.0.1", "localhost") and _refused(config.bootstrap_servers):
         return (

@@ -1,0 +1,71 @@
+"""A writer process for fault tests: appends and racing compactions for a fixed time, surviving outages.
+
+Like ``concurrency_worker`` but time-boxed and tolerant: a commit whose fate the writer cannot
+learn (``ServiceUnavailable`` while brokers fail over) is recorded as UNKNOWN and the writer goes
+on. Every commit records when it started and how long it took, for the latency report.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from segcat.catalog.config import Config
+from segcat.catalog.errors import CommitConflict, ServiceUnavailable
+from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.replay import Applied
+from segcat.catalog.protocol.state import TableState
+from segcat.producers import TableWriter
+from tests.factories import segment
+
+PARTITIONS = ("p0", "p1", "p2")
+
+
+def run(config: Config, table: str, index: int, seconds: float, out: Path, start: Any = None) -> None:
+    rng = random.Random(2000 + index)
+    seen: dict[int, str] = {}
+
+    def remember(applied: Applied, state: TableState) -> None:
+        seen[applied.verdict.offset] = state.fingerprint()
+
+    results: list[dict[str, Any]] = []
+    with TableWriter(config, table, writer_id=f"load-{index}", on_applied=remember) as writer:
+        if start is not None:
+            start.wait()
+        deadline = time.time() + seconds
+        k = 0
+        while time.time() < deadline:
+            k += 1
+            began = time.time()
+            try:
+                state = writer.state
+                oldest = sorted(state.segments, key=lambda sid: state.segments[sid].added_version)[:6]
+                if len(oldest) >= 2 and rng.random() < 0.35:
+                    drops = rng.sample(oldest, k=min(len(oldest), rng.choice((2, 3))))
+                    adds = [segment(f"l{index}-c{k}", rng.choice(PARTITIONS))]
+                    commit = writer.new_commit(Operation.COMPACT, drops=drops, adds=adds)
+                else:
+                    adds = [segment(f"l{index}-a{k}", rng.choice(PARTITIONS))]
+                    commit = writer.new_commit(Operation.APPEND, adds=adds)
+            except ServiceUnavailable:
+                time.sleep(0.2)
+                continue
+            entry: dict[str, Any] = {"commit_id": commit.commit_id, "started": began}
+            try:
+                entry |= {"outcome": "ACCEPTED", "version": writer.commit(commit)}
+            except CommitConflict as conflict:
+                entry |= {"outcome": "REJECTED", "version": conflict.version}
+            except ServiceUnavailable as exc:
+                entry |= {"outcome": "UNKNOWN", "version": None, "error": str(exc)[:300]}
+            entry["latency_s"] = time.time() - began
+            results.append(entry)
+        for _ in range(10):
+            try:
+                writer.refresh()
+                break
+            except ServiceUnavailable:
+                time.sleep(1)
+    out.write_text(json.dumps({"results": results, "fingerprints": seen}))
