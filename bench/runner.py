@@ -52,6 +52,7 @@ BENCH_MODULES = (
     "bench.spark_overhead",
     "bench.lifecycle",
     "bench.serve",
+    "bench.kafka_topology",
 )
 
 

@@ -42,6 +42,13 @@ def exit_code(exc: BaseException) -> int:
 _verbosity = 0
 
 
+def _librdkafka_level(verbosity: int) -> int:
+    """librdkafka's own lines only with -v (errors) or -vv (debug): a refused login or a missing
+    ACL repeats a line per broker and retry, and the command's one ``error:`` line already says
+    what went wrong and which setting to fix. Services log them through ``catalog.logs``."""
+    return {0: logging.CRITICAL + 1, 1: logging.ERROR}.get(verbosity, logging.DEBUG)
+
+
 def _add_verbosity(ctx: click.Context, _: click.Parameter, count: int) -> None:
     """``-v`` counts wherever it is given, before or after the subcommand."""
     global _verbosity
@@ -50,7 +57,7 @@ def _add_verbosity(ctx: click.Context, _: click.Parameter, count: int) -> None:
     _verbosity += count
     level = logging.WARNING - 10 * min(_verbosity, 2)
     logging.getLogger().setLevel(level)
-    logging.getLogger("segcat.librdkafka").setLevel(logging.DEBUG if _verbosity >= 2 else logging.ERROR)
+    logging.getLogger("segcat.librdkafka").setLevel(_librdkafka_level(_verbosity))
 
 
 def _verbose_option() -> click.Option:
@@ -143,7 +150,7 @@ def _fail(message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """The ``segcat`` entry point: run the command, turn every failure into one line and an exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("segcat.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("segcat.librdkafka").setLevel(_librdkafka_level(0))
     try:
         code = cli.main(argv, prog_name="segcat", standalone_mode=False)
     except click.exceptions.Abort:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import click
 from rich.console import Console
@@ -37,6 +38,11 @@ def _with_options(
     return dataclasses.replace(settings, **{k: v for k, v in chosen.items() if v is not None})  # type: ignore[arg-type]
 
 
+def _topology_in_env() -> bool:
+    names = ("SEGCAT_STACK_BROKERS", "SEGCAT_STACK_SECURE", "SEGCAT_STACK_S3", "SEGCAT_STACK_REDIS_CLUSTER")
+    return any(os.environ.get(name) for name in names)
+
+
 def _print_settings(settings: StackSettings, principal: str) -> None:
     for line in local_stack.client_settings(settings, principal):
         console.print(f"  {line.shell()}", highlight=False, soft_wrap=True)
@@ -53,7 +59,10 @@ def _print_settings(settings: StackSettings, principal: str) -> None:
 )
 def up(brokers: int | None, secure: bool | None, s3: bool | None, redis_cluster: bool | None) -> None:
     """Start every service (fetching jars once), wait until all answer, print the client settings."""
-    settings = _with_options(StackSettings.load(), brokers, secure, s3, redis_cluster)
+    settings = StackSettings.load()
+    if (brokers, secure, s3, redis_cluster) == (None, None, None, None) and not _topology_in_env():
+        settings = local_stack.effective_settings(settings)  # `up` again: the running topology
+    settings = _with_options(settings, brokers, secure, s3, redis_cluster)
     info = local_stack.up(settings, reporter=local_stack.RichReporter(console))
     started = ", ".join(info.started) or "nothing (already running)"
     console.print(

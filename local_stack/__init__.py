@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,20 +322,24 @@ def down(
         unknown = wanted - known
         if unknown:
             raise StackError(f"unknown service(s) {sorted(unknown)}; known: {sorted(known)}")
-        # Kafka first: it is the one clients hold open; then S3, then Redis.
-        order = sorted(names, key=lambda n: {"kafka": 0, "s3": 1}.get(n.split("-")[0], 2))
-        for name in order:
-            if name not in wanted and name.split("-")[0] not in wanted:
+        # Kafka first: it is the one clients hold open; then S3, then Redis. The nodes of a
+        # cluster stop together: stopped one by one, the last loses its controller quorum and
+        # waits out the whole timeout in its controlled shutdown.
+        chosen = [n for n in names if n in wanted or n.split("-")[0] in wanted]
+        records = {n: r for n in chosen if (r := _our_record(layout, n)) is not None}
+        for kind in ("kafka", "s3", "redis"):
+            group = {n: r for n, r in records.items() if n.split("-")[0] == kind}
+            if not group:
                 continue
-            record = _our_record(layout, name)
-            if record is None:
-                continue
-            with reporter.step(f"Stopping {name} (pid {record.pid})"):
-                gone = process.stop(record, timeout_s=timeout_s)
-            if not gone and process.is_ours(record):
-                raise StackError(f"{name} (pid {record.pid}) did not stop, even after SIGKILL")
-            process.remove_pid_file(layout.pid_file(name))
-            stopped.append(name)
+            label = ", ".join(f"{n} (pid {r.pid})" for n, r in group.items())
+            with reporter.step(f"Stopping {label}"), ThreadPoolExecutor(len(group)) as pool:
+                stops = {n: pool.submit(process.stop, r, timeout_s=timeout_s) for n, r in group.items()}
+                gone = {n: f.result() for n, f in stops.items()}
+            for name, record in group.items():
+                if not gone[name] and process.is_ours(record):
+                    raise StackError(f"{name} (pid {record.pid}) did not stop, even after SIGKILL")
+                process.remove_pid_file(layout.pid_file(name))
+                stopped.append(name)
         if not _any_running(layout):
             (layout.run / "topology.json").unlink(missing_ok=True)
     return stopped

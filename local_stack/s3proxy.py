@@ -40,11 +40,12 @@ REGION = "us-east-1"
 PROVIDER = "filesystem"
 """The on-disk backend (from S3Proxy 4.0 an alias of its own ``filesystem-nio2`` store)."""
 MIN_VERSION = (4, 0)
-"""Older S3Proxy releases are not a faithful S3 for segcat's clients, checked against 2.6-3.3:
-their on-disk store lists every directory as an extra zero-byte object (``ns/t/data`` beside
-``ns/t/data/x.parquet``), ``filesystem-nio2`` before 4.0 lists objects without a size (s3a's
-rename, i.e. Spark's output commit, fails), and they refuse the aws-chunked uploads with a
-CRC64NVME trailer that pyarrow's AWS SDK sends for every PutObject / UploadPart by default."""
+"""Older S3Proxy releases are not a faithful S3 for segcat's clients. Run here, 2.6.0's
+``filesystem`` store lists every directory as an extra zero-byte object (``ns/t/data`` beside
+``ns/t/data/x.parquet``), its ``filesystem-nio2`` lists objects without a size (s3a's rename,
+i.e. Spark's output commit, fails), and 2.6.0 and 2.9.0 refuse the aws-chunked uploads with a
+CRC64NVME trailer that pyarrow's AWS SDK sends for every PutObject / UploadPart by default
+(S3Proxy reads that trailer from 4.0 on)."""
 HEAP = "256m"
 WAREHOUSE_PREFIX = "warehouse"
 _MARKER = ".complete"
@@ -345,11 +346,6 @@ class S3Probe:
         except OSError:
             return False
         return True
-
-
-def s3_answers(layout: Layout, settings: StackSettings, timeout_s: float = 2.0) -> bool:
-    """One-shot probe (for status output)."""
-    return S3Probe(layout, settings).answers(timeout_s)
 
 
 # ---------------------------------------------------------------------------- the stack's API

@@ -1,6 +1,12 @@
 """One Spark session for the whole test session (starting one costs several seconds).
 
 Import the fixture into a test module with ``from tests.spark_support import spark``.
+
+A JVM's classpath and environment are fixed when it starts, so whether the session can read
+``s3a://`` is decided then: when any selected test asks for ``s3_spark``, the session starts
+after the test S3 server (``tests.s3_server``, whose keys are then in ``AWS_*``) with hadoop-aws
+and the s3a settings of ``segcat.spark_integration.session.s3_conf``. Otherwise it is built
+exactly as before, with no package to resolve.
 """
 
 from __future__ import annotations
@@ -11,23 +17,48 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from segcat.spark_integration.session import local_session
+from segcat.catalog.errors import SegcatError
+from segcat.spark_integration.session import HADOOP_AWS, local_session, s3_conf
+from tests.s3_server import S3Server, shared
+from tests.services import service_failure
+
+S3_FIXTURE = "s3_spark"
+
+
+def _wants_s3(session: pytest.Session) -> bool:
+    return any(S3_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = local_session(
-        "segcat-tests",
-        "local[2]",
-        shuffle_partitions=2,
-        conf={
-            "spark.sql.adaptive.enabled": "true",
-            "spark.default.parallelism": "2",
-            "spark.sql.streaming.stopTimeout": "30s",
-        },
-    )
+    conf = {
+        "spark.sql.adaptive.enabled": "true",
+        "spark.default.parallelism": "2",
+        "spark.sql.streaming.stopTimeout": "30s",
+    }
+    server: S3Server | None = None
+    if _wants_s3(request.session):
+        try:
+            server = shared.acquire()
+        except SegcatError:
+            server = None  # ``s3_spark`` reports it; the other Spark tests still run
+        else:
+            conf.update(s3_conf(server.endpoint, server.region))
+    session = local_session("segcat-tests", "local[2]", shuffle_partitions=2, conf=conf)
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    if session.sparkContext._jsc is not None:  # the other module's teardown may have stopped it
-        session.stop()
+    try:
+        yield session
+        if session.sparkContext._jsc is not None:  # the other module's teardown may have stopped it
+            session.stop()
+    finally:
+        if server is not None:
+            shared.release()
+
+
+@pytest.fixture
+def s3_spark(spark: SparkSession, s3_server: S3Server) -> SparkSession:
+    """The session, able to read and write ``s3a://`` on ``s3_server`` (import both fixtures)."""
+    if HADOOP_AWS not in (spark.conf.get("spark.jars.packages", "") or ""):
+        service_failure("the test Spark session started without hadoop-aws (the S3 server was not up)")
+    return spark

@@ -15,6 +15,7 @@ by ``bench/kafka_topology.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -34,6 +35,7 @@ from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog, Table
+from segcat.local_stack.errors import StackError
 from tests import load_worker
 from tests.private_stack import (
     client_config,
@@ -156,6 +158,12 @@ def test_three_brokers_survive_a_leader_kill_and_a_second_failure(tmp_path: Path
         reports = _collect(procs)
         stack.up(settings)
         results = check_log(cfg, table, reports)
+        # the running topology is recorded: status needs no options, another topology is refused
+        status = stack.status(dataclasses.replace(settings, brokers=1))
+        assert [s.name for s in status.services] == ["redis", "kafka-1", "kafka-2", "kafka-3"]
+        assert status.running
+        with pytest.raises(StackError, match="runs with brokers=3"):
+            stack.up(dataclasses.replace(settings, brokers=1))
 
     acked = [r for r in results if r["outcome"] != "UNKNOWN"]
     assert len(acked) >= 200, f"only {len(acked)} commits were acknowledged"

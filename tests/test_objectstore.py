@@ -1,20 +1,18 @@
-"""ObjectStore: whole-object writes, listing and path refusal, on a directory and on an S3 API (moto)."""
+"""ObjectStore: whole-object writes, listing and path refusal, on a directory and on real S3 (S3Proxy)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from segcat.catalog.config import Config
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
+from tests.s3_server import BUCKET, S3Server, s3_server
 
-BUCKET = "segcat-test"
+__all__ = ["open_store", "s3_server"]
 
 
 def make_config(warehouse: str, home: Path, s3_endpoint: str | None = None) -> Config:
@@ -24,50 +22,12 @@ def make_config(warehouse: str, home: Path, s3_endpoint: str | None = None) -> C
     return Config.load(env=env)
 
 
-@contextlib.contextmanager
-def moto_s3() -> Iterator[str]:
-    """A real S3 API on loopback (moto's threaded server) with bucket ``BUCKET``; yields the endpoint.
-
-    Dummy credentials come through the standard AWS variables, as a user's real ones would.
-    """
-    server_module = pytest.importorskip("moto.server", reason="moto[server] is not installed")
-    import pyarrow.fs as pafs
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_ACCESS_KEY_ID", "testing")
-        patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        patch.delenv("AWS_SESSION_TOKEN", raising=False)
-        patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        patch.setenv("AWS_REGION", "us-east-1")
-        server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        try:
-            host, port = server.get_host_and_port()
-            endpoint = f"http://{host}:{port}"
-            pafs.S3FileSystem(
-                endpoint_override=f"{host}:{port}",
-                scheme="http",
-                region="us-east-1",
-                allow_bucket_creation=True,
-            ).create_dir(BUCKET)
-            yield endpoint
-        finally:
-            server.stop()
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with moto_s3() as endpoint:
-        yield endpoint
-
-
 def open_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     """A fresh, empty store of ``kind`` ("local" or "s3") built from a Config, as services do."""
     if kind == "local":
         return ObjectStore.from_config(make_config(str(tmp_path / "warehouse"), tmp_path))
-    endpoint = request.getfixturevalue("s3_endpoint")
-    warehouse = f"s3://{BUCKET}/{uuid.uuid4().hex}/warehouse"
-    return ObjectStore.from_config(make_config(warehouse, tmp_path, endpoint))
+    server: S3Server = request.getfixturevalue("s3_server")
+    return ObjectStore.from_config(make_config(server.warehouse(), tmp_path, server.endpoint))
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -228,7 +188,8 @@ def test_from_config_local_and_uri_forms(tmp_path: Path) -> None:
         ObjectStore.from_uri("s3:///nobucket")
 
 
-def test_s3_store_names_its_root(s3_endpoint: str, tmp_path: Path) -> None:
+def test_s3_store_names_its_root(s3_server: S3Server, tmp_path: Path) -> None:
+    s3_endpoint = s3_server.endpoint
     store = ObjectStore.from_config(make_config(f"s3://{BUCKET}/pre/fix/", tmp_path, s3_endpoint))
     assert store.root == f"s3://{BUCKET}/pre/fix"
     store.put("ns/t/x", b"hello")

@@ -1,4 +1,4 @@
-"""TableFiles: key frames, ``_latest`` and commit archives, on a directory and on an S3 API (moto).
+"""TableFiles: key frames, ``_latest`` and commit archives, on a directory and on a real S3 API (S3Proxy).
 
 The states are real: a small log (with a rejected commit, so versions are not dense) is
 folded through ``segcat.catalog.protocol.rules``, and every version is rebuilt from key frames + archives
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,7 +26,8 @@ from segcat.catalog.storage.archive import ArchivedCommit, decode_archive, encod
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from tests.factories import segment
-from tests.test_objectstore import moto_s3, open_store
+from tests.s3_server import s3_server
+from tests.test_objectstore import open_store
 
 NAME = TableName("ns", "t")
 KEYFRAMES = (3, 7, 11)
@@ -78,15 +78,11 @@ def _build_history() -> History:
 
 HISTORY = _build_history()
 
+__all__ = ["s3_server"]
+
 
 def _in(low: int, high: int) -> list[ArchivedCommit]:
     return [c for c in HISTORY.accepted if low <= c.version <= high]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    with moto_s3() as endpoint:
-        yield endpoint
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -385,7 +381,7 @@ def test_a_damaged_archive_raises_a_typed_error(files: TableFiles, how: str) -> 
             files.archives_between(-1, 11)
         return
     commits = files.archives_between(-1, 11)
-    received = []
+    received: list[ArchivedCommit] = []
     with pytest.raises(CorruptArchive):
         received.extend(commits)
     assert received == _in(0, 3)  # everything before the damage is right: resume from Kafka after it

@@ -92,12 +92,22 @@ def refusal(exc: BaseException | KafkaError | None, config: Config, doing: str) 
     return None
 
 
+_REFUSED_MARKERS = ("invalid credentials", "authentication failed", "certificate verify failed")
+"""A handshake the broker *refused* (wrong password, untrusted CA), as opposed to one the
+listener does not speak (SASL against a plaintext listener: ``unreachable_hint`` covers it)."""
+
+
+def _is_refused_handshake(err: KafkaError) -> bool:
+    text = err.str().lower()
+    return err.code() in AUTHENTICATION_CODES and any(m in text for m in _REFUSED_MARKERS)
+
+
 def error_callback(config: Config) -> Callable[[KafkaError], None]:
     """An ``error_cb`` that remembers a failed handshake (logged once per bootstrap + user)."""
     key = _key(config)
 
     def on_error(err: KafkaError) -> None:
-        if err.code() not in AUTHENTICATION_CODES:
+        if not _is_refused_handshake(err):
             log.debug("librdkafka: %s", err.str())
             return
         message = credentials_message(config, err.str())
