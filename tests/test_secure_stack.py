@@ -214,6 +214,46 @@ def test_spark_append_read_and_stream(spark: SparkSession, secure: SecureStack, 
     assert version in seen
 
 
+def test_stack_env_prints_settings_but_no_secret(secure: SecureStack) -> None:
+    """`segcat stack env` gives the exact lines a client needs; secrets are read by the shell."""
+    s = secure.settings
+    env = {
+        **os.environ,
+        "SEGCAT_HOME": str(s.home),
+        "SEGCAT_STACK_KAFKA_PORT": str(s.kafka_port),
+        "SEGCAT_STACK_KAFKA_CONTROLLER_PORT": str(s.kafka_controller_port),
+        "SEGCAT_STACK_REDIS_PORT": str(s.redis_port),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from segcat.cli import main; main()",
+            "stack",
+            "env",
+            "--principal",
+            "reader",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "export SEGCAT_KAFKA_SASL_USERNAME=reader" in out
+    assert f'export SEGCAT_KAFKA_SASL_PASSWORD="$(cat {s.home}/secrets/kafka-reader.password)"' in out
+    assert "export SEGCAT_REDIS_USERNAME=" in out and "SEGCAT_KAFKA_SSL_CA_LOCATION=" in out
+    assert not [secret for secret in secure.secrets() if secret in out]
+    sourced = subprocess.run(
+        ["bash", "-c", out + '\necho "$SEGCAT_KAFKA_SASL_PASSWORD"'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    assert sourced == stack.client_environment(s, "reader")["SEGCAT_KAFKA_SASL_PASSWORD"]
+
+
 def test_no_secret_in_any_log(secure: SecureStack, materialized: subprocess.Popen[bytes]) -> None:
     """Runs last: every log the run wrote (brokers, Redis, S3, the materializer) is free of passwords."""
     time.sleep(1)
