@@ -43,21 +43,27 @@ USER_RULES = (
     "+evalsha +script|load +script|exists +time +ping +asking +cluster|slots +command "
     "-@dangerous"
 )
-"""What segcat runs, found by running the test suite's Redis users against ``ACL LOG``:
+"""What segcat runs. Found by running the test suite's Redis users (materializer, readers, watch,
+leases, vacuum, purge, serve) as this user and reading ``ACL LOG``; each rule below is needed
+(dropping any one fails them), except ``asking``, read from redis-py's cluster client:
 
 * ``~segcat:*`` / ``&segcat:*``: the catalog's keys and channels (docs/PROTOCOL.md §6), nothing else;
 * ``@read @write``: HGETALL/HMGET/XRANGE/SMEMBERS/SCAN, SADD/SREM/DEL, and what the Lua scripts call
-  (HSET, XADD, XTRIM, ZADD, PEXPIRE, ... are checked against the ACL inside scripts too);
+  (HSET, XADD, XTRIM, ZADD, PEXPIRE, ...: commands inside scripts are checked against the ACL too);
 * ``@pubsub``: SUBSCRIBE (watchers, ``segcat serve``) and PUBLISH (inside the record script);
 * ``@transaction``: MULTI/EXEC of ``RedisStore.load``;
 * ``evalsha``, ``script|load``, ``script|exists``: redis-py's scripts and pipelines (not EVAL,
   SCRIPT FLUSH/KILL or FUNCTION);
 * ``time``: the lease scripts read the server clock; ``ping``: health checks;
-* ``cluster|slots``, ``command``, ``asking``: redis-py's cluster client (slot map, key positions,
-  ASK redirects while a slot moves);
+* ``cluster|slots``, ``command``: redis-py's cluster client (slot map, key positions); ``asking``:
+  its ASK redirects while a slot moves between masters;
 * ``-@dangerous`` last: no FLUSHALL/FLUSHDB, KEYS, CONFIG, INFO, DEBUG, MONITOR, SHUTDOWN, ACL or
   CLUSTER changes, whatever the categories above let in.
+
+Redis 7.2+ also gets ``+client|setinfo`` (``SETINFO_RULE``): redis-py sends it on every connect
+and ignores a refusal, which would still fill ``ACL LOG``; older servers do not know the command.
 """
+SETINFO_RULE = "+client|setinfo"
 
 
 def node_count(settings: StackSettings) -> int:
@@ -117,16 +123,17 @@ def acl_path(layout: Layout) -> Path:
     return layout.secrets / "redis-users.acl"
 
 
-def acl_file(layout: Layout) -> str:
+def acl_file(layout: Layout, version: tuple[int, int] = (7, 0)) -> str:
     """The ACL file: users with the SHA-256 of their passwords (``#<hex>``), never the passwords."""
 
     def digest(user: str) -> str:
         return "#" + hashlib.sha256(password(layout, user).encode()).hexdigest()
 
+    rules = USER_RULES + (f" {SETINFO_RULE}" if version >= (7, 2) else "")
     return (
         "user default off resetkeys resetchannels nocommands\n"
         f"user {ADMIN_USER} on {digest(ADMIN_USER)} ~* &* +@all\n"
-        f"user {USER} on {digest(USER)} {USER_RULES}\n"
+        f"user {USER} on {digest(USER)} {rules}\n"
     )
 
 
@@ -175,11 +182,11 @@ def find_redis_cli(redis_server: str) -> str:
     return found
 
 
-def _supports_proc_title(redis_server: str) -> bool:
-    """``proc-title-template`` exists since Redis 6.2."""
+def server_version(redis_server: str) -> tuple[int, int]:
+    """(major, minor) of ``redis-server``; (0, 0) if it does not say."""
     out = subprocess.run([redis_server, "--version"], capture_output=True, text=True, check=False)
     match = re.search(r"v=(\d+)\.(\d+)", out.stdout)
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= (6, 2)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 def _quote(value: str) -> str:
@@ -216,11 +223,16 @@ def _start_node(layout: Layout, settings: StackSettings, reporter: Reporter, nod
     """Write the node's config (and the ACL file) and launch ``redis-server`` in its own session."""
     name = node_name(settings, node)
     redis_server = find_redis_server(reporter)
-    proc_title = _supports_proc_title(redis_server)
+    version = server_version(redis_server)
+    if settings.secure and version < (7, 0):
+        raise StackError(
+            f"a secure stack needs Redis 7+ for its ACL rules; {redis_server} is {version[0]}.{version[1]}"
+        )
+    proc_title = version >= (6, 2)  # proc-title-template exists since 6.2
     workdir = node_dir(layout, settings, node)
     workdir.mkdir(parents=True, exist_ok=True)
     if settings.secure:
-        tls.write_private(acl_path(layout), acl_file(layout).encode())
+        tls.write_private(acl_path(layout), acl_file(layout, version).encode())
     conf = conf_path(layout, name)
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(redis_conf(layout, settings, proc_title=proc_title, node=node))

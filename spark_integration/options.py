@@ -26,6 +26,7 @@ _FIELDS: dict[str, str] = {
     "s3_region": "segcat.s3Region",
     "redis_username": "segcat.redisUsername",
     "redis_password": "segcat.redisPassword",
+    "redis_cluster": "segcat.redisCluster",
 }
 
 
@@ -34,7 +35,9 @@ def source_options(config: Config) -> dict[str, str]:
     out: dict[str, str] = {}
     for field_name, key in _FIELDS.items():
         value = getattr(config, field_name)
-        if value is not None:
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif value is not None:
             out[key] = str(value)
     for key, value in config.kafka.items():
         out[f"{KAFKA_PREFIX}{key}"] = value
@@ -55,7 +58,12 @@ def config_from_options(options: Mapping[str, str], base: Config | None = None) 
         raw = opts.get(key.lower())
         if raw is None:
             continue
-        changes[field_name] = float(raw) if field_name == "request_timeout_s" else raw
+        if field_name == "request_timeout_s":
+            changes[field_name] = float(raw)
+        elif field_name == "redis_cluster":
+            changes[field_name] = raw.strip().lower() in {"1", "true", "yes", "on"}
+        else:
+            changes[field_name] = raw
     kafka = {k[len(KAFKA_PREFIX) :]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)}
     if kafka:
         changes["kafka"] = {**config.kafka, **kafka}

@@ -22,24 +22,22 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.storage.redis.keys import TableRef
 from segcat.catalog.storage.redis.leases import Lease, LeaseStore, check_holder, check_ttl, check_version
-from segcat.catalog.storage.redis.store import RedisStore
-
-if TYPE_CHECKING:
-    import redis
+from segcat.catalog.storage.redis.store import RedisClient, RedisStore
 
 log = logging.getLogger("segcat.lease")
 
 DEFAULT_TTL_S = 600.0
 """Ten minutes: a reader that dies holds vacuum back no longer than that."""
 
-LeaseBackend: TypeAlias = "LeaseStore | RedisStore | redis.Redis[bytes]"
-"""Whatever reaches Redis: a lease store, the catalog's ``RedisStore``, or a redis-py client."""
+LeaseBackend: TypeAlias = "LeaseStore | RedisStore | RedisClient"
+"""Whatever reaches Redis: a lease store, the catalog's ``RedisStore``, or a redis-py client
+(single server or cluster)."""
 
 
 def lease_store(backend: LeaseBackend) -> LeaseStore:

@@ -13,6 +13,8 @@ a source of truth, so every write is idempotent and monotone.
 
 ``keys`` names the keys and holds the Lua scripts; ``types`` the values; ``store`` reads and
 writes them; ``subscription`` follows the channels; ``batch`` is the materializer's pipeline.
+All of it runs on one server or on a Redis Cluster (``Config.redis_cluster``): the hash tag keeps
+each table in one slot.
 """
 
 from segcat.catalog.storage.redis.batch import RecordBatch

@@ -1,7 +1,8 @@
 """The materializer's pipeline: per-record script calls queued and sent in one round trip.
 
 Each call is still its own atomic script run, in order; only the round trips are shared, so
-catching up over thousands of records costs a few round trips, not one per record.
+catching up over thousands of records costs a few round trips, not one per record (on a
+Redis Cluster one per node: each table's calls go, in order, to the node of its slot).
 """
 
 from __future__ import annotations
@@ -42,7 +43,4 @@ class RecordBatch:
             return
         calls, self._calls = self._calls, []
         with self._store.guarded(f"flush {len(calls)} records"):
-            pipe = self._store.client.pipeline(transaction=False)
-            for call_keys, args in calls:
-                self._store.record_script(keys=call_keys, args=args, client=pipe)
-            pipe.execute()
+            self._store.run_pipelined(keys.RECORD_LUA, calls)

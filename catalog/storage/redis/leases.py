@@ -37,14 +37,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, ServiceUnavailable
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.redis.keys import TableRef
-from segcat.catalog.storage.redis.store import RedisStore
+from segcat.catalog.storage.redis.store import RedisClient, RedisStore
 
 MIN_TTL_S = 1.0
 MAX_TTL_S = 7 * 24 * 3600.0
@@ -245,19 +243,22 @@ class LeaseStore:
     and message as ``RedisStore``), ``InvalidArgument`` for arguments that can never be right.
     """
 
-    def __init__(self, client: redis.Redis[bytes], *, store: RedisStore | None = None) -> None:
-        self.client = client
-        self._store = store if store is not None and store.client is client else RedisStore(client)
-        """Only for ``guarded``: one mapping of Redis errors for the whole cache."""
-        self._acquire = client.register_script(ACQUIRE_LUA)
-        self._renew = client.register_script(RENEW_LUA)
-        self._release = client.register_script(RELEASE_LUA)
-        self._live = client.register_script(LIVE_LUA)
+    def __init__(self, client: RedisClient | None = None, *, store: RedisStore | None = None) -> None:
+        if store is None:
+            if client is None:
+                raise TypeError("LeaseStore needs a redis-py client or a RedisStore")
+            store = RedisStore(client)
+        self._store = store
+        """Its client, scripts and ``guarded``: one mapping of Redis errors for the whole cache."""
+
+    @property
+    def client(self) -> RedisClient:
+        return self._store.client
 
     @classmethod
     def from_store(cls, store: RedisStore) -> LeaseStore:
         """Leases on the client (and connection pool) of an existing ``RedisStore``."""
-        return cls(store.client, store=store)
+        return cls(store=store)
 
     @classmethod
     def from_config(cls, config: Config) -> LeaseStore:
@@ -270,7 +271,7 @@ class LeaseStore:
         return self._store.where
 
     def close(self) -> None:
-        self.client.close()
+        self._store.close()
 
     @staticmethod
     def _keys(table: TableRef) -> list[str]:
@@ -284,7 +285,7 @@ class LeaseStore:
         who = check_holder(default_holder() if holder is None else holder)
         lease_id = str(uuid.uuid4())
         with self._store.guarded(f"acquire a lease on version {version} of {name}"):
-            now, expires = self._acquire(
+            now, expires = self._store.script(ACQUIRE_LUA)(
                 keys=self._keys(name), args=[lease_id, ttl_ms, str(version), json.dumps(who)]
             )
         return Lease(name, lease_id, version, who, int(now), int(expires), ttl_ms, int(now))
@@ -292,19 +293,20 @@ class LeaseStore:
     def renew(self, lease: Lease) -> bool:
         """Push the lease's expiry to now + its TTL; False if it had expired or been released."""
         with self._store.guarded(f"renew lease {lease.lease_id} of {lease.table}"):
-            expires = self._renew(keys=self._keys(lease.table), args=[lease.lease_id, lease.ttl_ms])
+            renew = self._store.script(RENEW_LUA)
+            expires = renew(keys=self._keys(lease.table), args=[lease.lease_id, lease.ttl_ms])
         return bool(expires)
 
     def release(self, lease: Lease) -> None:
         """Drop the lease (nothing happens if it had already expired or been released)."""
         with self._store.guarded(f"release lease {lease.lease_id} of {lease.table}"):
-            self._release(keys=self._keys(lease.table), args=[lease.lease_id])
+            self._store.script(RELEASE_LUA)(keys=self._keys(lease.table), args=[lease.lease_id])
 
     def live(self, table: TableRef) -> list[Lease]:
         """The live leases of ``table`` by version; expired ones are dropped in the same script."""
         name = table_name(table).qualified
         with self._store.guarded(f"list the leases of {name}"):
-            raw = self._live(keys=self._keys(name))
+            raw = self._store.script(LIVE_LUA)(keys=self._keys(name))
         return _parse_live(name, raw)
 
     def leased_versions(self, table: TableRef) -> set[int]:

@@ -11,18 +11,29 @@ import contextlib
 import hashlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import AuthenticationError
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    ClusterError,
+    NoScriptError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import CorruptKeyFrame, ServiceUnavailable
+from segcat.catalog.errors import ConfigError, CorruptKeyFrame, ServiceUnavailable
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.redis.batch import RecordBatch
@@ -66,6 +77,15 @@ def _parse_head(table: TableRef, raw: dict[bytes, bytes]) -> Head | None:
         ) from exc
 
 
+def _pairs(raw: dict[bytes, bytes] | Sequence[bytes]) -> dict[bytes, bytes]:
+    """A hash (HGETALL, a stream entry's fields) as a dict. redis-py 8's cluster MULTI/EXEC hands
+    back the raw ``[field, value, ...]`` list: it skips the reply callbacks a single server applies."""
+    if isinstance(raw, dict):
+        return raw
+    flat = list(raw)
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _parse_entry(fields: dict[bytes, bytes]) -> StreamEntry:
     return StreamEntry(
         version=int(fields[b"version"]),
@@ -89,17 +109,24 @@ def _verify_keyframe(table: TableRef, raw: Sequence[bytes | None]) -> tuple[int,
     return int(version), data
 
 
-_credentials_warned = threading.Event()
+RedisClient: TypeAlias = "redis.Redis[bytes] | RedisCluster[bytes]"
+"""A single server or a Redis Cluster: every call ``RedisStore`` makes works on both."""
+
+_credentials_warned: set[str] = set()
+"""The Redis deployments (``where``) whose refusal was logged already."""
+_credentials_lock = threading.Lock()
 
 
 def _warn_credentials_once(where: str, exc: AuthenticationError) -> None:
     """Wrong Redis credentials make every reader fall back (slower, never wrong): say so once, loudly.
 
-    Names the settings to fix, never their values (the password stays out of every log line).
+    Once per process and Redis deployment, so many stores (a Catalog per Spark task) cost one
+    line. Names the settings to fix, never their values (the password stays out of every log line).
     """
-    if _credentials_warned.is_set():
-        return
-    _credentials_warned.set()
+    with _credentials_lock:
+        if where in _credentials_warned:
+            return
+        _credentials_warned.add(where)
     log.warning(
         "Redis at %s refused the credentials (%s): readers fall back to object storage and Kafka, "
         "which is slower; check SEGCAT_REDIS_USERNAME / SEGCAT_REDIS_PASSWORD (or redis_username / "
@@ -109,59 +136,201 @@ def _warn_credentials_once(where: str, exc: AuthenticationError) -> None:
     )
 
 
+def _cluster_where(url: str) -> str:
+    """``host:port (cluster)`` of ``url`` for messages: never its user or password."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = 6379
+    return f"{parts.hostname}:{port} (cluster)"
+
+
+def _connection_cause(exc: BaseException) -> RedisConnectionError | RedisTimeoutError | None:
+    """The connection error (refused AUTH included) redis-py wrapped in a cluster error, if any."""
+    seen = exc.__cause__
+    for _ in range(8):
+        if seen is None or isinstance(seen, RedisConnectionError | RedisTimeoutError):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 class RedisStore:
-    """Typed access to the catalog's Redis keys. Thread-safe (redis-py's connection pool)."""
+    """Typed access to the catalog's Redis keys, on one server or a Redis Cluster. Thread-safe.
+
+    Every key of a table carries the ``{ns.table}`` hash tag (``keys``), so each script and
+    MULTI touches one slot and runs unchanged on a cluster; the global set and channel are
+    single keys. ``client`` is a redis-py client, or (for a cluster) a function that makes one
+    on first use: ``RedisCluster`` connects while it is made, and a reader must still be
+    constructible while Redis is down.
+    """
 
     def __init__(
-        self, client: redis.Redis[bytes], *, socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S
+        self,
+        client: RedisClient | Callable[[], RedisClient],
+        *,
+        socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+        where: str | None = None,
     ) -> None:
-        self.client = client
         self.socket_timeout_s = socket_timeout_s
-        self.record_script = client.register_script(keys.RECORD_LUA)
-        """The per-record script (``keys.RECORD_LUA``); ``RecordBatch`` pipelines its calls."""
-        self._keyframe = client.register_script(keys.KEYFRAME_LUA)
-        kwargs = client.connection_pool.connection_kwargs
-        self.where = (
-            str(kwargs["path"]) if "path" in kwargs else f"{kwargs.get('host')}:{kwargs.get('port')}"
-        ) + f"/{kwargs.get('db', 0)}"
+        self._lock = threading.Lock()
+        self._scripts: dict[str, Script] = {}
+        self._loaded: dict[str, str] = {}
+        """Script → SHA of the scripts ``run_pipelined`` loaded on every cluster primary."""
+        self._client: RedisClient | None = None
+        self._connect: Callable[[], RedisClient] | None = None
+        if isinstance(client, redis.Redis | RedisCluster):
+            self._client = client
+        else:
+            self._connect = client
+        self.cluster = not isinstance(client, redis.Redis)
+        """Whether this store talks to a Redis Cluster (where scripts are pipelined differently)."""
+        self.where = where or (_client_where(self._client) if self._client is not None else "redis")
         """Host, port and db for messages; never the password."""
 
     @classmethod
     def from_config(cls, config: Config, *, socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S) -> RedisStore:
-        """A store on ``config.redis_url`` (``rediss://`` for TLS) with the configured ACL user."""
+        """A store on ``config.redis_url`` (``rediss://`` for TLS) with the configured ACL user;
+        with ``config.redis_cluster`` a ``RedisCluster`` that discovers the other nodes from it."""
         extra: dict[str, Any] = {}
         if config.redis_username:
             extra["username"] = config.redis_username
         if config.redis_password:
             extra["password"] = config.redis_password
-        client = redis.Redis.from_url(
-            config.redis_url,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-            health_check_interval=DEFAULT_HEALTH_CHECK_INTERVAL_S,
-            # One quick retry survives a stale pooled connection (a Redis restart); more would
-            # only delay the reader's fallback. Our scripts are idempotent, so a retry is safe.
-            retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
-            decode_responses=False,
+        options: dict[str, Any] = {
+            "socket_timeout": socket_timeout_s,
+            "socket_connect_timeout": socket_timeout_s,
+            "health_check_interval": DEFAULT_HEALTH_CHECK_INTERVAL_S,
+            # One quick retry survives a stale pooled connection (a Redis restart, a failover on a
+            # cluster); more would only delay the reader's fallback. Our scripts are idempotent.
+            "retry": Retry(ExponentialBackoff(cap=0.1, base=0.01), 1),
+            "decode_responses": False,
             **extra,
-        )
-        return cls(client, socket_timeout_s=socket_timeout_s)
+        }
+        if not config.redis_cluster:
+            return cls(redis.Redis.from_url(config.redis_url, **options), socket_timeout_s=socket_timeout_s)
+        _check_cluster_url(config.redis_url)
+        where = _cluster_where(config.redis_url)
+
+        def connect() -> RedisClient:
+            try:
+                return RedisCluster.from_url(config.redis_url, **options)
+            except RedisClusterException as exc:
+                cause = _connection_cause(exc)
+                if cause is not None:  # a fresh copy: re-raising ``cause`` itself would chain in a loop
+                    raise type(cause)(str(cause)) from exc
+                # "Cluster mode is not enabled" also stands for a CLUSTER SLOTS refused by the ACL
+                raise ServiceUnavailable(
+                    f"Redis at {where} cannot serve as a Redis Cluster ({exc}); check SEGCAT_REDIS_CLUSTER, "
+                    "and that the user may run CLUSTER SLOTS and COMMAND"
+                ) from exc
+
+        return cls(connect, socket_timeout_s=socket_timeout_s, where=where)
+
+    @property
+    def client(self) -> RedisClient:
+        """The redis-py client. A cluster's is made on first use; if no node answers that raises
+        redis' ``ConnectionError`` family, which :meth:`guarded` turns into ``ServiceUnavailable``."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    assert self._connect is not None
+                    self._client = self._connect()
+                client = self._client
+        return client
+
+    def script(self, text: str) -> Script:
+        """``text`` registered on this store's client (once; the SHA is computed locally)."""
+        found = self._scripts.get(text)
+        if found is None:
+            # types-redis 4.6 does not know RedisCluster.register_script (redis-py has it since 4.1)
+            client: Any = self.client
+            found = self._scripts.setdefault(text, client.register_script(text))
+        return found
+
+    @property
+    def record_script(self) -> Script:
+        """The per-record script (``keys.RECORD_LUA``); ``RecordBatch`` pipelines its calls."""
+        return self.script(keys.RECORD_LUA)
+
+    def run_pipelined(
+        self, text: str, calls: Sequence[tuple[Sequence[str], Sequence[str | int | bytes]]]
+    ) -> None:
+        """Run script ``text`` once per (keys, args) in ``calls``, in order, in one round trip per
+        node. Call inside :meth:`guarded`.
+
+        A cluster pipeline refuses EVALSHA by name and cannot load scripts itself, so there the
+        script is loaded on every primary first (``SCRIPT LOAD`` goes to all of them) and the
+        EVALSHA calls are queued as raw commands; a node that lost its scripts (restarted) makes
+        the batch load and run once more, which the scripts' offset compare-and-set makes harmless.
+        """
+        if not self.cluster:
+            script = self.script(text)
+            pipe = self.client.pipeline(transaction=False)
+            for call_keys, args in calls:
+                script(keys=call_keys, args=args, client=pipe)
+            pipe.execute()
+            return
+        client: Any = self.client  # types-redis 4.6 lacks RedisCluster.script_load
+        for attempt in range(2):
+            sha = self._loaded.get(text)
+            if attempt or sha is None:
+                sha = self._loaded[text] = str(client.script_load(text))
+            pipe = client.pipeline(transaction=False)
+            for call_keys, args in calls:
+                pipe.execute_command("EVALSHA", sha, len(call_keys), *call_keys, *args)
+            try:
+                pipe.execute()
+                return
+            except NoScriptError:
+                if attempt:
+                    raise
 
     @contextlib.contextmanager
     def guarded(self, op: str) -> Iterator[None]:
-        """Turn Redis' connection errors during ``op`` into ``ServiceUnavailable`` (one message)."""
+        """Turn Redis' connection errors during ``op`` into ``ServiceUnavailable`` (one message).
+
+        On a cluster these include a cluster that is down or re-forming (CLUSTERDOWN, TRYAGAIN,
+        an uncovered slot, no node reachable); on a single server a MOVED reply means that the
+        server is a cluster node and ``SEGCAT_REDIS_CLUSTER`` is missing.
+        """
         try:
             yield
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ClusterError, TryAgainError) as exc:
             if isinstance(exc, AuthenticationError):
                 _warn_credentials_once(self.where, exc)
             raise ServiceUnavailable(
                 f"Redis at {self.where} unavailable during {op}: {exc} (readers fall back to object "
                 "storage and Kafka; check that Redis runs and SEGCAT_REDIS_URL / credentials are right)"
             ) from exc
+        except AskError as exc:  # MovedError is an AskError; the cluster client follows both itself
+            if self.cluster:
+                raise
+            raise ServiceUnavailable(
+                f"Redis at {self.where} is a Redis Cluster node ({exc}): set SEGCAT_REDIS_CLUSTER=true "
+                "(readers fall back to object storage and Kafka meanwhile)"
+            ) from exc
+        except RedisClusterException as exc:
+            if _connection_cause(exc) is None and not isinstance(exc, SlotNotCoveredError):
+                raise  # a usage error (keys in two slots), not an outage
+            raise ServiceUnavailable(
+                f"Redis at {self.where} unavailable during {op}: {exc} (readers fall back to object "
+                "storage and Kafka)"
+            ) from exc
 
     def close(self) -> None:
-        self.client.close()
+        """Close the connections; a cluster client made here is made again on next use."""
+        if self._connect is None:
+            self.client.close()
+            return
+        with self._lock:
+            client, self._client = self._client, None
+            self._scripts.clear()
+            self._loaded.clear()
+        if client is not None:
+            client.close()
 
     # ------------------------------------------------------------------ per-record writes
 
@@ -230,7 +399,7 @@ class RedisStore:
         minid = keys.stream_id(version + 1) if trim else ""
         name = table_name(table)
         with self.guarded(f"write key frame {version} of {name}"):
-            stored = self._keyframe(
+            stored = self.script(keys.KEYFRAME_LUA)(
                 keys=[keys.keyframe_key(name), keys.head_key(name), keys.deltas_key(name)],
                 args=[version, ipc, digest, minid],
             )
@@ -255,10 +424,11 @@ class RedisStore:
             pipe.hmget(keys.keyframe_key(name), ["version", "sha256", "data"])
             pipe.xrange(keys.deltas_key(name), min="-", max="+")
             raw_head, raw_keyframe, entries = pipe.execute()
-        head = _parse_head(name, raw_head)
+        head = _parse_head(name, _pairs(raw_head))
         frame = _verify_keyframe(name, raw_keyframe)
         keyframe_version = -1 if frame is None else frame[0]
-        deltas = [e for e in (_parse_entry(fields) for _, fields in entries) if e.version > keyframe_version]
+        parsed = (_parse_entry(_pairs(fields)) for _, fields in entries)
+        deltas = [e for e in parsed if e.version > keyframe_version]
         return CachedTable(head, keyframe_version, None if frame is None else frame[1], deltas)
 
     # ------------------------------------------------------------------ notifications and registry
@@ -285,6 +455,32 @@ class RedisStore:
         with self.guarded("list tables"):
             members: set[bytes] = self.client.smembers(keys.TABLES_KEY)
         return sorted(m.decode() for m in members)
+
+
+def _client_where(client: RedisClient) -> str:
+    """``where`` of a client built elsewhere (tests, ``LeaseStore(client)``)."""
+    if isinstance(client, RedisCluster):
+        node = client.get_default_node()
+        return "cluster" if node is None else f"{node.host}:{node.port} (cluster)"
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host')}:{kwargs.get('port')}/{kwargs.get('db', 0)}"
+
+
+def _check_cluster_url(url: str) -> None:
+    """Redis Cluster speaks TCP only and has database 0 only: say so before connecting."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        raise ConfigError(
+            "SEGCAT_REDIS_URL is a unix:// socket, but a Redis Cluster (SEGCAT_REDIS_CLUSTER) needs TCP"
+        )
+    db = parts.path.strip("/")
+    if db not in ("", "0"):
+        raise ConfigError(
+            f"SEGCAT_REDIS_URL selects database {db[:20]!r}, but a Redis Cluster (SEGCAT_REDIS_CLUSTER) "
+            "has database 0 only"
+        )
 
 
 def _glob_escape(text: str) -> str:
