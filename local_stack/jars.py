@@ -52,7 +52,7 @@ def ensure_jars(layout: Layout, reporter: Reporter) -> Path:
     staging = layout.kafka_dist / "jars.partial"
     shutil.rmtree(staging, ignore_errors=True)
     with reporter.step(f"Fetching Apache Kafka {layout.kafka_version} jars with Maven (first run only)"):
-        _mvn(
+        run_maven(
             mvn,
             pom,
             f"{DEPENDENCY_PLUGIN}:copy-dependencies",
@@ -61,7 +61,7 @@ def ensure_jars(layout: Layout, reporter: Reporter) -> Path:
         )
         binding = _logging_binding(staging)
         if binding is not None:
-            _mvn(
+            run_maven(
                 mvn,
                 pom,
                 f"{DEPENDENCY_PLUGIN}:copy",
@@ -103,7 +103,8 @@ def _logging_binding(folder: Path) -> str | None:
     return f"org.apache.logging.log4j:{bridge}:{log4j}"
 
 
-def _mvn(mvn: str, pom: Path, *args: str) -> None:
+def run_maven(mvn: str, pom: Path, *args: str) -> None:
+    """`mvn -B -q` on ``pom``: the Kafka and S3Proxy jar fetches share it."""
     argv = [mvn, "-B", "-q", "--no-transfer-progress", "-f", str(pom), *args]
     try:
         out = subprocess.run(

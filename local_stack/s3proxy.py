@@ -225,7 +225,7 @@ def ensure_jars(layout: Layout, settings: StackSettings, reporter: Reporter) -> 
         staging = dist / "jars.partial"
         shutil.rmtree(staging, ignore_errors=True)
         with reporter.step(f"Fetching S3Proxy {version} jars with Maven (first run only)"):
-            jars._mvn(
+            jars.run_maven(
                 mvn,
                 pom,
                 f"{jars.DEPENDENCY_PLUGIN}:copy-dependencies",
