@@ -14,6 +14,7 @@ import logging
 import stat
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -277,6 +278,40 @@ def test_a_wrong_password_costs_one_warning_and_readers_still_answer(
     for record in caplog.records:
         text = f"{record.getMessage()} {record.__dict__}"
         assert wrong not in text and server.password() not in text, record.name
+
+
+def test_an_acl_without_segcat_commands_costs_one_warning_and_readers_still_answer(
+    single: StackRedis, config: Config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NOPERM (a user that may log in but lacks segcat's commands) used to reach the reader as a
+    raw ResponseError; now it is a fallback like a refused login, with one warning."""
+    good = single.config(config, tmp_path / "warehouse")
+    ns, pattern = namespace()
+    table = Catalog(good).create_table(f"{ns}.t")
+    with running_materializer(good, pattern):
+        write_load(good, table.name.qualified, 9, 2)
+        wait_for_head(
+            RedisStore.from_config(good), table.name.qualified, head_offset(good, table.name.qualified)
+        )
+    password = "limited-" + uuid.uuid4().hex
+    single.admin().execute_command(
+        "ACL", "SETUSER", "limited", "reset", "on", f">{password}", "~segcat:*", "&segcat:*", "+ping"
+    )
+    limited = single.config(
+        config, tmp_path / "warehouse", SEGCAT_REDIS_USERNAME="limited", SEGCAT_REDIS_PASSWORD=password
+    )
+    redis_store._permissions_warned.discard(RedisStore.from_config(limited).where)
+    caplog.clear()
+    caplog.set_level(logging.WARNING)
+    reader = Catalog(limited).table(table.name.qualified)
+    head = reader.snapshot()
+    assert head.version == table.snapshot().version and head.origin.startswith(("object-store", "kafka"))
+    assert reader.snapshot(4).segment_list() == table.snapshot(4).segment_list()
+    with pytest.raises(ServiceUnavailable, match=r"refused .* to segcat's user"):
+        RedisStore.from_config(limited).head(table.name.qualified)
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("segcat.redis")]
+    assert len(warnings) == 1 and "docs/OPERATIONS.md" in warnings[0], warnings
+    assert all(password not in r.getMessage() for r in caplog.records)
 
 
 def test_a_materializer_with_a_wrong_password_backs_off_on_the_cluster(

@@ -23,6 +23,7 @@ from redis.exceptions import (
     AskError,
     AuthenticationError,
     ClusterError,
+    NoPermissionError,
     NoScriptError,
     RedisClusterException,
     SlotNotCoveredError,
@@ -133,6 +134,25 @@ def _warn_credentials_once(where: str, exc: AuthenticationError) -> None:
         "redis_password in the config file)",
         where,
         type(exc).__name__,
+    )
+
+
+_permissions_warned: set[str] = set()
+
+
+def _warn_permission_once(where: str, op: str, exc: NoPermissionError) -> None:
+    """A Redis ACL that lacks one of segcat's commands or keys: readers fall back, said once."""
+    with _credentials_lock:
+        if where in _permissions_warned:
+            return
+        _permissions_warned.add(where)
+    log.warning(
+        "Redis at %s refused %s to segcat's user (%s): readers fall back to object storage and "
+        "Kafka, which is slower; grant the user segcat's commands, keys ~segcat:* and channels "
+        "&segcat:* (docs/OPERATIONS.md has the ACL rule)",
+        where,
+        op,
+        exc,
     )
 
 
@@ -298,6 +318,12 @@ class RedisStore:
         """
         try:
             yield
+        except NoPermissionError as exc:  # an ACL without one of our commands / keys: not our bug
+            _warn_permission_once(self.where, op, exc)
+            raise ServiceUnavailable(
+                f"Redis at {self.where} refused {op} to segcat's user: {exc} (readers fall back to "
+                "object storage and Kafka; docs/OPERATIONS.md has the ACL segcat needs)"
+            ) from exc
         except (RedisConnectionError, RedisTimeoutError, ClusterError, TryAgainError) as exc:
             if isinstance(exc, AuthenticationError):
                 _warn_credentials_once(self.where, exc)
