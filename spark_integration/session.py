@@ -20,6 +20,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -69,7 +70,7 @@ def local_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if use_s3 and HADOOP_AWS not in (spark.conf.get("spark.jars.packages", "") or ""):
+    if use_s3 and not has_hadoop_aws(spark):
         # getOrCreate hands back a running session as it is: its JVM cannot load s3a any more.
         raise RuntimeError(
             "a Spark session without hadoop-aws is already running in this process, so it cannot "
@@ -77,6 +78,13 @@ def local_session(
         )
     register(spark)
     return spark
+
+
+def has_hadoop_aws(spark: SparkSession) -> bool:
+    """Whether the session's JVM really loaded hadoop-aws. ``spark.conf`` is no proof: getOrCreate
+    copies a builder's settings onto a running session's conf although its classpath stays as it was."""
+    jars: Any = spark.sparkContext._jsc.sc().listJars()
+    return "hadoop-aws" in str(jars.mkString(","))
 
 
 def wants_s3(config: Config | None) -> bool:

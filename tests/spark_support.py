@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from segcat.catalog.errors import SegcatError
-from segcat.spark_integration.session import HADOOP_AWS, local_session, s3_conf
+from segcat.spark_integration.session import has_hadoop_aws, local_session, s3_conf
 from tests.s3_server import S3Server, shared
 from tests.services import service_failure
 
@@ -59,6 +59,6 @@ def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
 @pytest.fixture
 def s3_spark(spark: SparkSession, s3_server: S3Server) -> SparkSession:
     """The session, able to read and write ``s3a://`` on ``s3_server`` (import both fixtures)."""
-    if HADOOP_AWS not in (spark.conf.get("spark.jars.packages", "") or ""):
+    if not has_hadoop_aws(spark):
         service_failure("the test Spark session started without hadoop-aws (the S3 server was not up)")
     return spark
