@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ArchiveGap, CorruptArchive, CorruptKeyFrame, ServiceUnavailable
+from segcat.catalog.errors import ArchiveGap, CorruptArchive, ServiceUnavailable
 from segcat.catalog.protocol import codec, lifecycle, rules
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import LogRecord
@@ -331,9 +331,9 @@ class TableMaterializer:
         self.stage = "redis"
         try:
             head = self.redis.head(self.name.qualified)
-            keyframe_there = self.redis.keyframe(self.name.qualified) is not None
-        except CorruptKeyFrame:
-            head, keyframe_there = None, False
+            # the version, not the frame: fetching a big table's frame every second cost a
+            # materializer tick milliseconds per table (readers verify the frame's checksum)
+            keyframe_there = self.redis.keyframe_version(self.name.qualified) is not None
         except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return

@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ import pytest
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
+from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer import endpoints, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay, redis_cause
 from segcat.materializer.service import check_instance_id, check_pattern, default_instance_id
@@ -269,3 +272,52 @@ def test_a_pattern_without_caret_is_refused_with_the_fix(tmp_path: Path) -> None
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "must be a regular expression starting with '^'" in done.stderr
+
+
+# ---------------------------------------------------------------------- lag gauges
+
+
+@pytest.mark.kafka
+@pytest.mark.redis
+def test_lag_gauges_come_from_one_log_end_query_per_tick(mconfig: Config) -> None:
+    """Each followed table's lag is set from its log end, for all tables in one ListOffsets
+    request per tick (it used to be one watermark query per table, each waiting behind the
+    consumer's fetch: 20 tables made a 1 s tick that delayed notifications)."""
+    from segcat.catalog.log.topics import TopicAdmin
+    from segcat.catalog.read.table import Catalog
+    from tests.materializer_support import (
+        head_offset,
+        namespace,
+        running_materializer,
+        wait_for_head,
+        write_load,
+    )
+
+    ns, pattern = namespace()
+    names = [f"{ns}.t{k}" for k in range(3)]
+    catalog = Catalog(mconfig)
+    for name in names:
+        catalog.create_table(name)
+    calls: list[int] = []
+    original = TopicAdmin.log_ends
+
+    def counted(self: TopicAdmin, tables: list[Any]) -> Any:
+        calls.append(len(tables))
+        return original(self, tables)
+
+    store = RedisStore.from_config(mconfig)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TopicAdmin, "log_ends", counted)
+        with running_materializer(mconfig, pattern):
+            for k, name in enumerate(names):
+                write_load(mconfig, name, 5 + k, k)
+            for name in names:
+                wait_for_head(store, name, head_offset(mconfig, name))
+            deadline = time.monotonic() + 10
+            while not (calls and calls[-1] == 3) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.5)  # one more tick after the heads
+    assert calls and max(calls) == 3, calls  # every table in one request, not one each
+    for name in names:
+        lag = metrics.REGISTRY.get_sample_value("segcat_materializer_lag_records", {"table": name})
+        assert lag == 0.0, (name, lag)

@@ -431,6 +431,15 @@ class RedisStore:
             )
         return bool(stored)
 
+    def keyframe_version(self, table: TableRef) -> int | None:
+        """The version of the key frame Redis holds, without fetching it (None: there is none)."""
+        with self.guarded(f"read key frame version of {table}"):
+            raw = self.client.hget(keys.keyframe_key(table), "version")
+        try:
+            return None if raw is None else int(raw)
+        except ValueError:
+            return None  # unreadable: as good as missing (the materializer rewrites it)
+
     def keyframe(self, table: TableRef) -> tuple[int, bytes] | None:
         """The newest key frame as (version, Arrow IPC bytes); CorruptKeyFrame if its checksum fails."""
         with self.guarded(f"read key frame of {table}"):
