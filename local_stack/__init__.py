@@ -121,12 +121,11 @@ def client_settings(settings: StackSettings, principal: str = "writer") -> list[
     ``principal`` (writer, reader, materializer) matters on a ``secure`` stack only.
     """
     layout = Layout.of(settings)
-    out = [
+    return [
         *kafka.client_settings(layout, settings, principal),
         *redis.client_settings(layout, settings),
         *s3proxy.client_settings(layout, settings),
     ]
-    return out
 
 
 def client_environment(settings: StackSettings, principal: str = "writer") -> dict[str, str]:

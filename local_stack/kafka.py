@@ -147,14 +147,15 @@ def server_properties(layout: Layout, settings: StackSettings, node: int = 0) ->
     return "\n".join(lines) + "\n"
 
 
-def find_java() -> str:
+def find_java(what: str = "the Kafka broker") -> str:
+    """``$JAVA_HOME/bin/java`` or ``java`` on PATH (the broker and S3Proxy both run on it)."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
         return str(Path(java_home) / "bin" / "java")
     java = shutil.which("java")
     if java is None:
         raise StackError(
-            "Java 17+ is needed to run the Kafka broker; install it "
+            f"Java 17+ is needed to run {what}; install it "
             "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
         )
     return java

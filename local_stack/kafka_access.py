@@ -14,7 +14,6 @@ topics. The node certificate's principal is the only super user.
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from confluent_kafka.admin import (
@@ -30,7 +29,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from segcat.local_stack import tls
+from segcat.local_stack import secret_files
 from segcat.local_stack.errors import StackError
 from segcat.local_stack.layout import Layout
 
@@ -87,10 +86,7 @@ def password_file(layout: Layout, principal: str) -> Path:
     """The principal's password file (mode 0600), created with a random password on first use."""
     if principal not in PRINCIPALS:
         raise StackError(f"unknown principal {principal!r}; the secure stack has {', '.join(PRINCIPALS)}")
-    path = layout.secrets / f"kafka-{principal}.password"
-    if not path.is_file():
-        tls.write_private(path, (secrets.token_urlsafe(24) + "\n").encode())
-    return path
+    return secret_files.password_file(layout.secrets / f"kafka-{principal}.password")
 
 
 def bindings() -> list[AclBinding]:

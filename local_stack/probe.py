@@ -72,12 +72,7 @@ class RedisProbe:
             socket_connect_timeout=timeout_s,
             socket_timeout=timeout_s,
         )
-        try:
-            return bool(client.ping())
-        except (redis.RedisError, OSError):
-            return False
-        finally:
-            client.close()
+        return _pings(client)
 
 
 def redis_answers(
@@ -91,6 +86,11 @@ def redis_answers(
         username=username,
         password=password,
     )
+    return _pings(client)
+
+
+def _pings(client: redis.Redis[bytes]) -> bool:
+    """PING answered (a refused login or NOAUTH is no answer); closes ``client``."""
     try:
         return bool(client.ping())
     except (redis.RedisError, OSError):

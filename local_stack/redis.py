@@ -14,14 +14,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from segcat.local_stack import process, tls
+from segcat.local_stack import process, secret_files
 from segcat.local_stack.errors import StackError
 from segcat.local_stack.layout import LOOPBACK, Layout
 from segcat.local_stack.probe import RedisProbe, redis_cluster_info
@@ -109,10 +108,7 @@ def password_file(layout: Layout, user: str) -> Path:
     """The password file of ``user`` (``segcat`` or ``segcat-admin``), made on first use (mode 0600)."""
     if user not in (USER, ADMIN_USER):
         raise StackError(f"unknown Redis user {user!r}; the secure stack has {USER} and {ADMIN_USER}")
-    path = layout.secrets / f"redis-{user}.password"
-    if not path.is_file():
-        tls.write_private(path, (secrets.token_urlsafe(24) + "\n").encode())
-    return path
+    return secret_files.password_file(layout.secrets / f"redis-{user}.password")
 
 
 def password(layout: Layout, user: str) -> str:
@@ -232,7 +228,7 @@ def _start_node(layout: Layout, settings: StackSettings, reporter: Reporter, nod
     workdir = node_dir(layout, settings, node)
     workdir.mkdir(parents=True, exist_ok=True)
     if settings.secure:
-        tls.write_private(acl_path(layout), acl_file(layout, version).encode())
+        secret_files.write_private(acl_path(layout), acl_file(layout, version))
     conf = conf_path(layout, name)
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(redis_conf(layout, settings, proc_title=proc_title, node=node))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import secrets
 import shutil
 import string
@@ -26,7 +25,7 @@ from string import Template
 
 import pyarrow.fs as pafs
 
-from segcat.local_stack import jars, process
+from segcat.local_stack import jars, kafka, process, secret_files
 from segcat.local_stack.errors import StackError
 from segcat.local_stack.layout import LOOPBACK, Layout
 from segcat.local_stack.report import Reporter
@@ -106,32 +105,6 @@ def marker(layout: Layout) -> str:
 # ---------------------------------------------------------------------------- credentials
 
 
-def _secure_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-
-
-def _write_private(path: Path, text: str, *, exclusive: bool) -> None:
-    """Write ``path`` with mode 0600 from its first byte; ``exclusive`` keeps an existing file.
-
-    The content goes to a temp file that is then linked (exclusive) or renamed into place, so
-    a concurrent reader sees no file or the whole file, and two racing creators agree on one.
-    """
-    _secure_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        if exclusive:
-            with contextlib.suppress(FileExistsError):
-                os.link(tmp, path)
-        else:
-            tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def credentials(layout: Layout) -> Credentials | None:
     """The stack's keys, or None before the first start made them."""
     try:
@@ -147,9 +120,9 @@ def ensure_credentials(layout: Layout) -> Credentials:
     access_file, secret_file = access_key_file(layout), secret_key_file(layout)
     if not access_file.is_file():
         access = "".join(secrets.choice(_ACCESS_KEY_ALPHABET) for _ in range(20))
-        _write_private(access_file, access + "\n", exclusive=True)
+        secret_files.write_private(access_file, access + "\n", keep_existing=True)
     if not secret_file.is_file():
-        _write_private(secret_file, secrets.token_urlsafe(30) + "\n", exclusive=True)
+        secret_files.write_private(secret_file, secrets.token_urlsafe(30) + "\n", keep_existing=True)
     found = credentials(layout)
     if found is None:
         raise StackError(f"the S3 keys in {layout.secrets} are unreadable or empty; delete them to renew")
@@ -246,19 +219,6 @@ def ensure_jars(layout: Layout, settings: StackSettings, reporter: Reporter) -> 
 # ---------------------------------------------------------------------------- process
 
 
-def _find_java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    java = shutil.which("java")
-    if java is None:
-        raise StackError(
-            "Java 17+ is needed to run S3Proxy; install it "
-            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
-        )
-    return java
-
-
 def s3proxy_properties(layout: Layout, settings: StackSettings, keys: Credentials) -> str:
     """Signed requests only (v2 or v4, as clients choose), path-style buckets, objects on disk."""
     props = {
@@ -277,13 +237,13 @@ def s3proxy_properties(layout: Layout, settings: StackSettings, keys: Credential
 def start(layout: Layout, settings: StackSettings, reporter: Reporter) -> process.PidRecord:
     """Fetch the jars if needed, write the config and launch S3Proxy; returns once it is spawned."""
     check_version(settings)
-    java = _find_java()
+    java = kafka.find_java("S3Proxy")
     jar_dir = ensure_jars(layout, settings, reporter)
     keys = ensure_credentials(layout)
     layout.s3_data.mkdir(parents=True, exist_ok=True)
     layout.conf.mkdir(parents=True, exist_ok=True)
     props = properties_path(layout)
-    _write_private(props, s3proxy_properties(layout, settings, keys), exclusive=False)
+    secret_files.write_private(props, s3proxy_properties(layout, settings, keys))
     logback = layout.conf / "s3proxy-logback.xml"
     logback.write_text(_LOGBACK)
     log_path = layout.log_file(NAME)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from segcat.local_stack.layout import Layout
+from segcat.local_stack.secret_files import write_private
 
 NODE_COMMON_NAME = "segcat-broker"
 NODE_PRINCIPAL = f"User:CN={NODE_COMMON_NAME}"
@@ -45,21 +45,6 @@ def files(layout: Layout) -> TlsFiles:
         node_cert=tls / "node.pem",
         node_keystore=tls / "node-keystore.pem",
     )
-
-
-def secure_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(0o700)
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Create ``path`` with mode 0600 before any byte is written (no window where others can read)."""
-    secure_dir(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    tmp.replace(path)
 
 
 def ensure(layout: Layout) -> TlsFiles:

@@ -15,13 +15,25 @@ from typing import Any
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
-from segcat.catalog.protocol.model import Operation
+from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
 from segcat.producers import TableWriter
 from tests.factories import segment
 
 PARTITIONS = ("p0", "p1", "p2")
+
+
+def plan_commit(writer: TableWriter, rng: random.Random, prefix: str, k: int) -> Commit:
+    """An append, or (35 %) a compaction of 2-3 of the six oldest live segments of the writer's
+    possibly stale image, so that writers race for the same segments."""
+    state = writer.state
+    oldest = sorted(state.segments, key=lambda sid: state.segments[sid].added_version)[:6]
+    if len(oldest) >= 2 and rng.random() < 0.35:
+        drops = rng.sample(oldest, k=min(len(oldest), rng.choice((2, 3))))
+        adds = [segment(f"{prefix}-c{k}", rng.choice(PARTITIONS))]
+        return writer.new_commit(Operation.COMPACT, drops=drops, adds=adds)
+    return writer.new_commit(Operation.APPEND, adds=[segment(f"{prefix}-a{k}", rng.choice(PARTITIONS))])
 
 
 def run(config: Config, table: str, index: int, commits: int, out: Path, start: Any = None) -> None:
@@ -36,16 +48,7 @@ def run(config: Config, table: str, index: int, commits: int, out: Path, start: 
         if start is not None:
             start.wait()
         for k in range(commits):
-            state = writer.state
-            oldest = sorted(state.segments, key=lambda sid: state.segments[sid].added_version)[:6]
-            if len(oldest) >= 2 and rng.random() < 0.35:
-                drops = rng.sample(oldest, k=min(len(oldest), rng.choice((2, 3))))
-                adds = [segment(f"w{index}-c{k}", rng.choice(PARTITIONS))]
-                commit = writer.new_commit(Operation.COMPACT, drops=drops, adds=adds)
-            else:
-                commit = writer.new_commit(
-                    Operation.APPEND, adds=[segment(f"w{index}-a{k}", rng.choice(PARTITIONS))]
-                )
+            commit = plan_commit(writer, rng, f"w{index}", k)
             try:
                 version = writer.commit(commit)
                 results.append({"commit_id": commit.commit_id, "outcome": "ACCEPTED", "version": version})

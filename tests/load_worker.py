@@ -1,8 +1,9 @@
 """A writer process for fault tests: appends and racing compactions for a fixed time, surviving outages.
 
-Like ``concurrency_worker`` but time-boxed and tolerant: a commit whose fate the writer cannot
-learn (``ServiceUnavailable`` while brokers fail over) is recorded as UNKNOWN and the writer goes
-on. Every commit records when it started and how long it took, for the latency report.
+The commits of ``concurrency_worker`` (``plan_commit``), but time-boxed and tolerant: a commit
+whose fate the writer cannot learn (``ServiceUnavailable`` while brokers fail over) is recorded
+as UNKNOWN and the writer goes on. Every commit records when it started and how long it took,
+for the latency report.
 """
 
 from __future__ import annotations
@@ -15,13 +16,10 @@ from typing import Any
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, ServiceUnavailable
-from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
 from segcat.producers import TableWriter
-from tests.factories import segment
-
-PARTITIONS = ("p0", "p1", "p2")
+from tests.concurrency_worker import plan_commit
 
 
 def run(config: Config, table: str, index: int, seconds: float, out: Path, start: Any = None) -> None:
@@ -41,15 +39,7 @@ def run(config: Config, table: str, index: int, seconds: float, out: Path, start
             k += 1
             began = time.time()
             try:
-                state = writer.state
-                oldest = sorted(state.segments, key=lambda sid: state.segments[sid].added_version)[:6]
-                if len(oldest) >= 2 and rng.random() < 0.35:
-                    drops = rng.sample(oldest, k=min(len(oldest), rng.choice((2, 3))))
-                    adds = [segment(f"l{index}-c{k}", rng.choice(PARTITIONS))]
-                    commit = writer.new_commit(Operation.COMPACT, drops=drops, adds=adds)
-                else:
-                    adds = [segment(f"l{index}-a{k}", rng.choice(PARTITIONS))]
-                    commit = writer.new_commit(Operation.APPEND, adds=adds)
+                commit = plan_commit(writer, rng, f"l{index}", k)
             except ServiceUnavailable:
                 time.sleep(0.2)
                 continue
