@@ -195,7 +195,7 @@ class Materializer:
         self._fatal: KafkaError | None = None
         self._brokers_down = False
         self._admin: TopicAdmin | None = None
-        """For the lag gauges: one ListOffsets per tick for every table (``_measure_lag``)."""
+        """For the lag gauges: one ListOffsets per tick for every table (``_lag_loop``)."""
         self._kafka_error: tuple[str, str, float] | None = None
         self._kafka_throttle = Throttle()
 
@@ -449,8 +449,11 @@ class Materializer:
                 raise ConfigError(f"Kafka consumer settings refused: {exc}") from None
             self._consumer = consumer
             self.maintenance.start()
+            lag = threading.Thread(target=self._lag_loop, name="segcat-lag", daemon=True)
+            lag.start()
             self._serve(consumer, conf, ready)
         finally:
+            self.stop.set()  # ends the lag thread too
             self.maintenance.close()
             self._consumer = None
             if served is not None:
@@ -557,16 +560,25 @@ class Materializer:
                 if topic not in self.parked and resumed is not None and now - resumed >= STRIKES_RESET_S:
                     self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
                     self._resumed_at.pop(topic, None)
-        self._measure_lag()
+
+    def _lag_loop(self) -> None:
+        """The lag gauges, once a tick, in a thread of their own: a slow or unanswered request
+        never holds back the main loop (and with it the notifications)."""
+        while not self.stop.wait(TICK_SECONDS):
+            try:
+                self._measure_lag()
+            except Exception as exc:  # a gauge must never take the service down
+                log.warning("lag measurement failed", extra={"error": repr(exc)})
 
     def _measure_lag(self) -> None:
         """Every followed table's log end in one ListOffsets request (the lag gauges).
 
-        Asked per table through the consumer, each query queued behind the consumer's own fetch
-        (``fetch.wait.max.ms``), so a tick over 20 tables took about a second and held back the
-        notifications of the commits that arrived meanwhile.
+        Asked per table through the consumer in the main loop's tick, each query queued behind
+        the consumer's own fetch (``fetch.wait.max.ms``), a tick over 20 tables took about a
+        second and held back the notifications of the commits that arrived meanwhile.
         """
-        tables = list(self.tables.values())
+        with self._lock:
+            tables = list(self.tables.values())
         if not tables:
             return
         try:

@@ -321,3 +321,25 @@ def test_lag_gauges_come_from_one_log_end_query_per_tick(mconfig: Config) -> Non
     for name in names:
         lag = metrics.REGISTRY.get_sample_value("segcat_materializer_lag_records", {"table": name})
         assert lag == 0.0, (name, lag)
+
+
+def test_an_unanswered_log_end_query_is_service_unavailable_not_a_crash(config: Config) -> None:
+    """A ListOffsets future that times out raised concurrent.futures.TimeoutError (no KafkaException),
+    which killed the materializer's loop in CI; now it is ServiceUnavailable, like the other failures,
+    and the lag gauges are measured off the main loop."""
+    import concurrent.futures
+    import dataclasses
+
+    from segcat.catalog.errors import ServiceUnavailable
+    from segcat.catalog.log.topics import TopicAdmin
+    from segcat.catalog.protocol.names import TableName
+
+    admin = TopicAdmin(dataclasses.replace(config, request_timeout_s=0.1))
+
+    class Silent:
+        def list_offsets(self, wanted: dict[Any, Any], **_: Any) -> dict[Any, Any]:
+            return {tp: concurrent.futures.Future() for tp in wanted}  # never answered
+
+    admin._admin = Silent()  # type: ignore[assignment]
+    with pytest.raises(ServiceUnavailable, match=r"no answer within 0\.1 s"):
+        admin.log_ends([TableName.parse("ns.t")])

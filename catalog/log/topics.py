@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import time
 from dataclasses import dataclass
@@ -165,6 +166,11 @@ class TopicAdmin:
         try:
             futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
             found = {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
+        except concurrent.futures.TimeoutError as exc:  # not a KafkaException: say it like the others
+            raise ServiceUnavailable(
+                f"cannot {what} {len(names)} tables: no answer within {self._timeout:g} s; "
+                f"{unreachable_hint(self._config)}"
+            ) from exc
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"asking for offsets ({what})")
             raise ServiceUnavailable(
