@@ -132,8 +132,11 @@ def free_base_port(brokers: int, taken: set[int]) -> int:
     """A Kafka base port whose derived ports (every node's client, controller and inter-broker
     port, the private Redis at +50..+52 and S3 at +60) are free and not in ``taken``'s blocks."""
     rng = random.Random()
+    # Below the kernel's range for outgoing connections: a client retrying a killed broker could
+    # otherwise get the broker's port as its own source port and keep the broker from coming back.
+    highest_base = max(process.ephemeral_port_range()[0] - 100, 10100)
     for _ in range(200):
-        base = rng.randrange(32000, 60000, 100)
+        base = rng.randrange(10000, highest_base, 100)
         if base in taken:
             continue
         nodes = [base + off + NODE_PORT_STRIDE * n for n in range(brokers) for off in (0, 1, 2)]

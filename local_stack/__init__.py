@@ -259,12 +259,19 @@ def _any_running(layout: Layout) -> bool:
 
 
 def _check_ports_free(spec: ServiceSpec, layout: Layout) -> None:
+    low, high = process.ephemeral_port_range()
     for port, env_var in spec.ports:
         if process.port_answers(LOOPBACK, port):
+            ephemeral = (
+                f" (port {port} lies in the kernel's range for outgoing connections, {low}-{high}, "
+                f"where a client retrying a stopped server can hold it; a port below {low} avoids that)"
+                if low <= port <= high
+                else ""
+            )
             raise StackError(
                 f"port {port} on {LOOPBACK} (for {spec.name}) is already in use by a process "
                 f"segcat did not start from {layout.home}; stop that process or pick another "
-                f"port, e.g. `export {env_var}=<free port>`"
+                f"port, e.g. `export {env_var}=<free port>`{ephemeral}"
             )
 
 

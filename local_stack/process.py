@@ -204,6 +204,19 @@ def port_answers(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The range the kernel takes source ports of outgoing connections from (Linux's default).
+
+    A server port inside it can be taken while its server is down: a client retrying the
+    connection may get that very port as its source port (a TCP self-connect) and hold it.
+    """
+    try:
+        low, high = (_PROC / "sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def tail(path: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of a log file (empty if missing), for error messages."""
     try:

@@ -35,10 +35,16 @@ def _free(port: int) -> bool:
 
 
 def free_base_ports(brokers: int) -> tuple[int, int, int]:
-    """(kafka_port, controller_port, redis_port) with every port the stack derives from them free."""
+    """(kafka_port, controller_port, redis_port) with every port the stack derives from them free.
+
+    The ports lie below the kernel's range for outgoing connections: a broker port inside it can
+    be held by a client's self-connect while the broker is down, and the broker cannot come back.
+    """
     rng = random.Random()
+    ephemeral_low, _ = process.ephemeral_port_range()
+    highest_base = min(ephemeral_low, 65536) - 100
     for _ in range(200):
-        kafka_port = rng.randrange(32000, 60000, 100)
+        kafka_port = rng.randrange(10000, max(highest_base, 10100), 100)
         ports = [
             p
             for node in range(brokers)

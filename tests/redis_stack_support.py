@@ -35,10 +35,15 @@ def _free(port: int) -> bool:
 
 
 def free_redis_base_port(cluster: bool) -> int:
-    """A port p with p..p+2 (and the cluster bus ports p+10000..p+10002) free."""
+    """A port p with p..p+2 (and the cluster bus ports p+10000..p+10002) free.
+
+    Every port lies below the kernel's range for outgoing connections, where a client retrying a
+    stopped node could hold the node's port (a TCP self-connect) and keep it from restarting.
+    """
     rng = random.Random()
+    highest_base = max(process.ephemeral_port_range()[0] - stack_redis.BUS_PORT_OFFSET - 3, 20_001)
     for _ in range(200):
-        base = rng.randrange(20_000, 30_000)
+        base = rng.randrange(20_000, highest_base)
         wanted = [base + i for i in range(3 if cluster else 1)]
         if cluster:
             wanted += [p + stack_redis.BUS_PORT_OFFSET for p in wanted]

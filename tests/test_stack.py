@@ -173,8 +173,11 @@ def test_port_taken_by_a_foreign_listener_is_an_error(
         foreign.listen()
         port = foreign.getsockname()[1]
         config = replace(isolated_config, **{field: port})
-        with pytest.raises(StackError, match=rf"port {port}.*{env_var}"):
+        with pytest.raises(StackError, match=rf"port {port}.*{env_var}") as refused:
             stack.up(config)
+        low, high = process.ephemeral_port_range()
+        assert low <= port <= high  # port 0 binds inside the kernel's range for outgoing connections
+        assert f"range for outgoing connections, {low}-{high}" in str(refused.value)
     st = stack.status(config)
     assert not st.kafka.running and not st.redis.running  # nothing was started
 
