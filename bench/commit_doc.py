@@ -56,6 +56,30 @@ def render(results: dict[str, Any]) -> str:
                 f"**{count(conc['commits_per_s'])}** (aggregate)",
             )
         )
+    if cpipe := runs.get("segcat_concurrent_pipelined"):
+        what = (
+            f"{cpipe['writers']} writer processes × {count(params['commits_per_writer'])} appends, one "
+            f"table, {cpipe['details']['window']} in flight each (`append_async`)"
+        )
+        rows.append(
+            (
+                what,
+                "**segcat**",
+                count(cpipe["commits"]),
+                *_lat(cpipe),
+                f"**{count(cpipe['commits_per_s'])}** (aggregate)",
+            )
+        )
+    if pipe := runs.get("segcat_pipelined"):
+        d = pipe["details"]
+        rates = ", ".join(count(r) for r in d["rates"])
+        what = (
+            f"1 process, 1 writer, {count(pipe['commits'])} one-file `append_async` calls, "
+            f"{count(d['window'])} in flight; median of {d['runs']} runs ({rates} commits/s)"
+        )
+        rows.append(
+            (what, "**segcat**", count(pipe["commits"]), *_lat(pipe), f"**{count(pipe['commits_per_s'])}**")
+        )
     if floor:
         what = (
             f"reference: {floor['writers']} bare producers × {count(params['commits_per_writer'])} records "
@@ -77,6 +101,12 @@ def render(results: dict[str, Any]) -> str:
         *table(("Scenario", "System", "Timed commits", "Median", "p99", "Commits/s"), rows, "llrrrr"),
         "",
     ]
+    if runs.get("segcat_pipelined") or runs.get("segcat_concurrent_pipelined"):
+        out += [
+            "A pipelined commit's latency is submit → its future settled (verdict known): with many in "
+            "flight it includes the wait behind the commits submitted before it.",
+            "",
+        ]
     ratios = [
         f"{name} median / segcat median = **{value:.1f}×**"
         for name, value in (
@@ -108,6 +138,7 @@ def render(results: dict[str, Any]) -> str:
 
     if long_run:
         out += _long_log(long_run)
+    out += _before_after(results)
     out += ["### Targets", "", *targets_table(results["targets"]), ""]
     out += _breakdown(runs, conc, long_run)
     out += _cpu(runs, env, conc, floor)
@@ -115,13 +146,49 @@ def render(results: dict[str, Any]) -> str:
         out += ["### Observations", "", *(f"- {note}" for note in notes), ""]
     if any(t["unit"] == "commits/s" and t["met"] is False for t in results["targets"]):
         out += [
-            "### Suggestions for the concurrent-writer target (not implemented here)",
+            "### What limits the concurrent-writer rate, and what would close the gap",
             "",
             *(f"- {s}" for s in SUGGESTIONS),
             "",
         ]
     out += ["### Method", "", *(f"- {item}" for item in METHOD)]
     return "\n".join(out)
+
+
+BEFORE_AFTER = (
+    ("segcat_sequential", "1 writer, sequential appends"),
+    ("segcat_concurrent", "8 writer processes, one commit in flight each"),
+    ("segcat_concurrent_pipelined", "8 writer processes, pipelined"),
+    ("segcat_pipelined", "1 process, pipelined appends"),
+    ("kafka_floor", "Kafka floor (bare producers)"),
+)
+
+
+def _before_after(results: dict[str, Any]) -> list[str]:
+    """This run beside a run of the previous code in the same session (``--before``)."""
+    before = results.get("before")
+    if not before:
+        return []
+    runs = results["runs"]
+    rows = []
+    for key, label in BEFORE_AFTER:
+        if key not in runs:
+            continue
+        old, new = before["runs"].get(key), runs[key]
+        was = f"{count(old['commits_per_s'])} commits/s, median {ms(old['median_ms'])}" if old else "–"
+        now = f"{count(new['commits_per_s'])} commits/s, median {ms(new['latency']['median_ms'])}"
+        rows.append((label, was, now))
+    load = before.get("loadavg_at_start")
+    return [
+        "### Before / after (same session)",
+        "",
+        f"*Before*: the previous code (tree {before.get('tree')}, `{before['results_file']}`, started "
+        f"{before.get('date_utc')}, 1-minute load {load[0] if load else '?'}), run from a git worktree of it "
+        "with the same command right before this run.",
+        "",
+        *table(("Scenario", "Before", "After"), rows),
+        "",
+    ]
 
 
 def _lat(run: dict[str, Any]) -> tuple[str, str]:
@@ -216,6 +283,8 @@ def _cpu(
     labels = {
         "segcat_sequential": "segcat, 1 writer",
         "segcat_concurrent": f"segcat, {conc['writers'] if conc else '?'} writers",
+        "segcat_concurrent_pipelined": "segcat, writers pipelining",
+        "segcat_pipelined": "segcat, 1 pipelining writer",
         "kafka_floor": f"Kafka floor, {floor['writers'] if floor else '?'} bare producers",
         "segcat_long_log": "segcat, long log",
         "delta_sequential": "delta-rs",
@@ -311,6 +380,25 @@ def observations(results: dict[str, Any]) -> list[str]:
                 f"catch-up {b['catchup_median_ms']:.2f} ms (alone: {b1['catchup_median_ms']:.2f} ms), "
                 f"catch-up p99 {b['catchup_p99_ms']:.1f} ms."
             )
+    for key, what in (("segcat_pipelined", "one pipelining writer"), ("segcat_concurrent_pipelined", "")):
+        run, cpu = runs.get(key), _cpu_of(runs, key)
+        if run is None or not cpu.get("writer_cpu_ms_per_commit") or not cpu.get("machine_cpu_ms_per_commit"):
+            continue
+        client, broker = float(cpu["writer_cpu_ms_per_commit"]), float(cpu.get("broker_cpu_ms_per_commit", 0))
+        machine = float(cpu["machine_cpu_ms_per_commit"])
+        who = what or f"{run['writers']} pipelining writer processes"
+        line = (
+            f"With {who}, a commit cost {client:.3f} ms of client CPU and {broker:.3f} ms of broker CPU "
+            f"({run['commits_per_s']:,.0f} commits/s measured); the machine was "
+            f"{float(cpu.get('machine_busy_pct', 0)):.0f} % busy and spent {machine:.3f} ms per commit in "
+            f"all, so {max(0.0, machine - client - broker):.3f} ms per commit went to other processes."
+        )
+        if key == "segcat_pipelined":
+            line += (
+                f" The writer's Python threads share one interpreter lock, so one process gets about one "
+                f"core: at this CPU per commit, ≈ {1000 / client:,.0f} commits/s even on an idle machine."
+            )
+        out.append(line)
     growth = {
         n: runs[k]["details"]["growth"] for k, n in SEQUENTIAL if "growth" in (get(runs, k, "details") or {})
     }
@@ -359,27 +447,20 @@ def observations(results: dict[str, Any]) -> list[str]:
 
 
 SUGGESTIONS = [
-    "**Pipelining in the writer.** `TableWriter.append` keeps one commit in flight per writer (produce → "
-    "wait for the delivery report → catch up → return). An asynchronous variant (futures, or a "
-    "`commit_many`) could produce several commits and judge them all with one catch-up: the fetch round trip "
-    "that dominates the broker's and the client's CPU per commit would be shared by several commits, and "
-    "librdkafka puts records queued together into one produce request even with `linger.ms=0`. Appends of "
-    "fresh segments never conflict, so nothing is lost by judging them together.",
-    "**Cheaper tailing.** With N writer processes on one table every commit is fetched, decoded and judged N "
-    "times, and the broker answers N fetches. A tailer shared by the writers of one process (one consumer, "
-    "one image, several `TableWriter`s) removes that multiplication inside a process; across processes, the "
-    "consumer's fetch settings (`fetch.wait.max.ms`, `fetch.min.bytes`, which `Config.kafka` can already "
-    "override) trade latency for fewer fetch rounds and are worth measuring with this benchmark.",
-    "**Group commit inside a process.** Threads sharing one `TableWriter` serialise on its lock for the "
-    "whole round trip; coalescing the appends waiting on the lock into one produce batch (each still its own "
-    "record and commit id) would raise a process's throughput without more writers.",
-    "**Client CPU per commit.** Each writer owns a producer and a consumer (two librdkafka instances with "
-    "their own threads) and wakes both for every commit; decode + judge is the small part (see above). "
-    "Profiling the writer's produce/poll/catch-up loop (e.g. `position()` and a zero-timeout `consume()` on "
-    "every catch-up round) is the next step before changing anything.",
-    "**More CPU.** The figures above are one 2-CPU machine running the broker, all writers and the benchmark "
-    "at once; with the broker on its own host, as in production, the writers keep both cores. The target "
-    "needs ≤ 1 ms of total CPU per commit on this machine (see the observations for what segcat spends).",
+    "**Pipelined and group commits are in** (`TableWriter.submit` / `append_async`, threads sharing a "
+    "writer share its produce requests and catch-ups): the *pipelined* rows above. A writer process "
+    "committing one at a time (`append`) still pays a produce round trip and a catch-up per commit.",
+    "**Applying every record in every writer.** Each of N writer processes keeps its own image, so every "
+    "commit is decoded and judged N times (see the codec figures in the observations): with 8 writers that "
+    "alone approaches the whole per-commit CPU budget of this machine. What would close it: a cheaper "
+    "decode + judge (the codec and rules work in progress), or one image per host shared by its writers "
+    "(one follower for all writers of a table in a process; across processes a local tailer service).",
+    "**Fetches.** Every tailing writer takes a fetch response per commit. Measured and rejected here: "
+    "`fetch.wait.max.ms`=2 with `fetch.min.bytes`=4096 on the writers' consumers (the single writer's median "
+    "rose to ~3.5 ms and the 8-writer rate fell), and pausing the consumer between catch-ups (librdkafka's "
+    "resume then stalled catch-ups by ~0.5 s). Both stay available through `Config.kafka`.",
+    "**More CPU.** One 2-CPU machine runs the broker, all writers and the benchmark at once; with the broker "
+    "on its own host, as in production, the writers keep both cores.",
 ]
 
 METHOD = [
@@ -391,6 +472,10 @@ METHOD = [
     "**Concurrent**: writer processes started with `multiprocessing` (spawn); each opens its writer and "
     "makes one warm-up commit, then all wait on a barrier; the aggregate rate is all timed commits / (last "
     "writer's end − first writer's start). Latencies of all writers are pooled for the median and p99.",
+    "**Pipelined**: `TableWriter.append_async([Segment(...)])` with at most W commits unresolved (waiting "
+    "for the oldest future before submitting another); latency = submit → the future settled (a done "
+    "callback's clock); the rate is commits / the loop's wall time. The one-process scenario runs several "
+    "times on fresh tables and reports the run with the median rate (all rates are listed).",
     '**delta-rs**: `DeltaTable.create_write_transaction([AddAction(...)], mode="append")` on a local '
     "directory table, one long-lived `DeltaTable` object, stats JSON in each add action, default post-commit "
     "hook (checkpoint every 100 versions). The Parquet files are written before the timed loop.",

@@ -6,7 +6,10 @@
 Scenarios (full / quick):
 1. ``sequential``: segcat, one writer, 1,000 / 100 sequential one-segment appends on a fresh table;
 2. ``concurrent``: segcat, 8 / 2 writer processes appending to one table at once (250 / 50 each);
+   ``concurrent-pipelined``: the same writers with 32 commits each in flight (``append_async``);
    ``floor``: the same with bare Kafka producers (no catch-up: the broker's floor);
+2a. ``pipelined``: segcat, one process, one writer, 10,000 / 1,000 ``append_async`` with 1,024 in
+   flight, three runs on fresh tables (the median run is reported);
 3. ``long-log``: segcat, one writer, 10,000 / 1,000 appends: first vs last 1,000 / 100 commits;
 4. ``delta``: delta-rs, 1,000 / 100 one-file append transactions on a local table;
 5. ``iceberg``: pyiceberg, 1,000 / 100 ``add_files`` commits with a sqlite SQL catalog.
@@ -18,6 +21,7 @@ for full runs, to the ``commit-latency`` section of docs/BENCHMARKS.md
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import shutil
 import sys
@@ -36,10 +40,22 @@ from segcat.catalog.errors import SegcatError
 TARGET_MEDIAN_MS = 4.0
 TARGET_DELTA_RATIO = 3.0
 TARGET_CONCURRENT_CPS = 2000.0
-SCENARIOS = ("sequential", "concurrent", "floor", "long-log", "delta", "iceberg")
+TARGET_PIPELINED_CPS = 5000.0
+SCENARIOS = (
+    "sequential",
+    "concurrent",
+    "concurrent-pipelined",
+    "floor",
+    "pipelined",
+    "long-log",
+    "delta",
+    "iceberg",
+)
 KEYS = {
     "sequential": "segcat_sequential",
     "concurrent": "segcat_concurrent",
+    "concurrent-pipelined": "segcat_concurrent_pipelined",
+    "pipelined": "segcat_pipelined",
     "floor": "kafka_floor",
     "long-log": "segcat_long_log",
     "delta": "delta_sequential",
@@ -58,10 +74,18 @@ class Params:
     peer_commits: int
     warmup_commits: int
     """Untimed commits on a scratch table first, so the broker's JIT is warm for every scenario."""
+    pipelined_commits: int
+    pipelined_window: int
+    """Commits one pipelining writer keeps in flight (``append_async``)."""
+    pipelined_runs: int
+    concurrent_window: int
+    """Commits each of the concurrent-pipelined writer processes keeps in flight."""
 
     @classmethod
     def of(cls, quick: bool) -> Params:
-        return cls(100, 2, 50, 1000, 100, 100, 200) if quick else cls(1000, 8, 250, 10_000, 1000, 1000, 1000)
+        if quick:
+            return cls(100, 2, 50, 1000, 100, 100, 200, 1000, 1024, 3, 32)
+        return cls(1000, 8, 250, 10_000, 1000, 1000, 1000, 10_000, 1024, 3, 32)
 
 
 def growth(run: Run, window: int) -> dict[str, Any]:
@@ -72,6 +96,37 @@ def growth(run: Run, window: int) -> dict[str, Any]:
         for s in (run.latencies_ns[:window], run.latencies_ns[-window:])
     )
     return {"window": window, "first_median_ms": first, "last_median_ms": last}
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="a run of the previous code (e.g. from a git worktree of HEAD), shown beside this one",
+    )
+
+
+def before_of(path: Path | None) -> dict[str, Any] | None:
+    """The figures of an earlier run to compare with (its file, tree, load and per-scenario rates)."""
+    if path is None:
+        return None
+    saved = runner.load_results(path)
+    return {
+        "results_file": runner.relative(path),
+        "tree": saved["environment"].get("git"),
+        "date_utc": saved["environment"].get("date_utc"),
+        "loadavg_at_start": saved["environment"].get("loadavg_at_start"),
+        "runs": {
+            key: {
+                "commits_per_s": run["commits_per_s"],
+                "median_ms": run["latency"]["median_ms"],
+                "p99_ms": run["latency"]["p99_ms"],
+                "cpu": run["details"].get("cpu"),
+            }
+            for key, run in saved["runs"].items()
+        },
+    }
 
 
 def run(ctx: Context) -> Results:
@@ -100,6 +155,34 @@ def run(ctx: Context) -> Results:
             writers,
             lambda tick: concurrent(
                 config, table("conc"), p.writers, p.commits_per_writer, tick=tick, meter=meter
+            ),
+        ),
+        "concurrent-pipelined": (
+            f"segcat: {p.writers} writer processes × {p.commits_per_writer:,}, "
+            f"{p.concurrent_window} in flight each",
+            writers,
+            lambda tick: concurrent(
+                config,
+                table("concpipe"),
+                p.writers,
+                p.commits_per_writer,
+                tick=tick,
+                meter=meter,
+                window=p.concurrent_window,
+            ),
+        ),
+        "pipelined": (
+            f"segcat: {p.pipelined_runs} × {p.pipelined_commits:,} pipelined appends, "
+            f"{p.pipelined_window} in flight",
+            p.pipelined_runs * p.pipelined_commits,
+            lambda tick: commit_segcat.run_pipelined(
+                config,
+                lambda: table(f"pipe{len(tables)}"),
+                p.pipelined_commits,
+                p.pipelined_window,
+                p.pipelined_runs,
+                tick=tick,
+                meter=meter,
             ),
         ),
         "floor": (
@@ -137,7 +220,15 @@ def run(ctx: Context) -> Results:
     runs: dict[str, Run] = {}
     warmup: dict[str, Any] | None = None
     try:
-        if p.warmup_commits and set(ctx.only) & {"sequential", "concurrent", "floor", "long-log"}:
+        segcat_scenarios = {
+            "sequential",
+            "concurrent",
+            "concurrent-pipelined",
+            "floor",
+            "pipelined",
+            "long-log",
+        }
+        if p.warmup_commits and set(ctx.only) & segcat_scenarios:
             with runner.counting(
                 f"segcat: {p.warmup_commits:,} warm-up commits (not reported)", p.warmup_commits
             ) as tick:
@@ -167,8 +258,11 @@ def run(ctx: Context) -> Results:
         "params": asdict(p),
         "run_id": run_id,
         "warmup": warmup,
-        "codec": commit_segcat.measure_codec() if {"sequential", "concurrent"} & set(ctx.only) else None,
+        "codec": commit_segcat.measure_codec()
+        if {"sequential", "concurrent", "pipelined"} & set(ctx.only)
+        else None,
         "runs": {k: v.to_json() for k, v in runs.items()},
+        "before": before_of(ctx.args.before),
     }
 
 
@@ -197,6 +291,15 @@ def evaluate(results: Results) -> None:
     if conc := runs.get("segcat_concurrent"):
         what = f"aggregate throughput with {conc['writers']} writer processes"
         targets.append(report.target(what, conc["commits_per_s"], TARGET_CONCURRENT_CPS, "commits/s"))
+    if conc := runs.get("segcat_concurrent_pipelined"):
+        what = (
+            f"aggregate throughput with {conc['writers']} writer processes, "
+            f"{conc['details']['window']} commits in flight each"
+        )
+        targets.append(report.target(what, conc["commits_per_s"], TARGET_CONCURRENT_CPS, "commits/s"))
+    if pipe := runs.get("segcat_pipelined"):
+        what = f"one process, pipelined appends ({pipe['details']['window']} in flight), median of runs"
+        targets.append(report.target(what, pipe["commits_per_s"], TARGET_PIPELINED_CPS, "commits/s"))
     results["targets"] = targets
 
 
@@ -234,6 +337,8 @@ BENCHMARK = runner.Benchmark(
     render=commit_doc.render,
     summary=summary,
     evaluate=evaluate,
+    options=options,
+    wait_for_others_s=900.0,
 )
 
 if __name__ == "__main__":

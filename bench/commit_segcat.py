@@ -5,8 +5,8 @@ latency is the wall time of that call (validate + encode + produce with acks=all
 report + catch-up fetch to judge the commit). Each writer makes one untimed warm-up commit
 first, so connection set-up and the producer id handshake are not counted.
 
-``PhaseProbe`` splits a commit's time into *produce* (send → delivery report) and *catch-up*
-(fetch + replay up to the own record) by wrapping the writer's two internal steps. It is
+``PhaseProbe`` splits a commit's time into *produce* (waiting for the delivery report) and
+*catch-up* (fetch + replay up to the own record) by wrapping the writer's producer and follower. It is
 benchmark-only instrumentation of private attributes: if the writer's internals change, it
 switches itself off and the breakdown is simply missing.
 """
@@ -19,7 +19,9 @@ import queue
 import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from contextlib import ExitStack
 from ctypes import Array, c_int
 from dataclasses import dataclass, field
@@ -88,19 +90,33 @@ class PhaseProbe:
     @classmethod
     def attach(cls, writer: TableWriter) -> PhaseProbe:
         probe = cls()
-        produce = getattr(writer, "_produce", None)
-        follower = getattr(writer, "_follower", None) or getattr(writer, "_tailer", None)
+        pipeline = getattr(writer, "_pipeline", None)
+        producer = getattr(pipeline, "_producer", None)
+        follower = getattr(writer, "_follower", None)
         catch_up = getattr(follower, "catch_up", None)
-        if produce is None or follower is None or catch_up is None or not hasattr(follower, "_position"):
+        if producer is None or follower is None or catch_up is None or not hasattr(follower, "_position"):
             return probe
         probe.enabled = True
 
-        def timed_produce(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter_ns()
-            try:
-                return produce(*args, **kwargs)
-            finally:
-                probe._acc[0] += time.perf_counter_ns() - start
+        class TimedProducer:
+            """The writer's producer, its waits for delivery reports (``flush``/``poll``) timed."""
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(producer, name)
+
+            def flush(self, *args: Any) -> Any:
+                start = time.perf_counter_ns()
+                try:
+                    return producer.flush(*args)
+                finally:
+                    probe._acc[0] += time.perf_counter_ns() - start
+
+            def poll(self, *args: Any) -> Any:
+                start = time.perf_counter_ns()
+                try:
+                    return producer.poll(*args)
+                finally:
+                    probe._acc[0] += time.perf_counter_ns() - start
 
         def timed_catch_up(*args: Any, **kwargs: Any) -> Any:
             before = follower._position
@@ -111,7 +127,7 @@ class PhaseProbe:
                 probe._acc[1] += time.perf_counter_ns() - start
                 probe._acc[2] += follower._position - before
 
-        setattr(writer, "_produce", timed_produce)  # noqa: B010 - instance-level wrap of a method
+        setattr(pipeline, "_producer", TimedProducer())  # noqa: B010 - instance-level wrap
         setattr(follower, "catch_up", timed_catch_up)  # noqa: B010
         return probe
 
@@ -256,6 +272,72 @@ def measure_codec(count: int = 2000) -> dict[str, float]:
     }
 
 
+# --------------------------------------------------------------------------- pipelined
+
+
+def pipelined_loop(
+    writer: TableWriter, batches: Sequence[list[Segment]], window: int, after: Callable[[], None]
+) -> tuple[list[int], int]:
+    """``append_async`` every batch with at most ``window`` commits unresolved; each commit's
+    latency is submit → its future settled (taken by a done-callback), and the loop's wall time.
+    The first error raises."""
+    submitted: list[int] = [0] * len(batches)
+    settled: list[int] = [0] * len(batches)
+    in_flight: deque[Future[int]] = deque()
+    first = time.perf_counter_ns()
+    for i, batch in enumerate(batches):
+        if len(in_flight) >= window:
+            in_flight.popleft().result()
+            after()
+        submitted[i] = time.perf_counter_ns()
+        future = writer.append_async(batch)
+        future.add_done_callback(lambda _, i=i: settled.__setitem__(i, time.perf_counter_ns()))
+        in_flight.append(future)
+    while in_flight:
+        in_flight.popleft().result()
+        after()
+    wall = time.perf_counter_ns() - first
+    return [max(0, end - start) for start, end in zip(submitted, settled, strict=True)], wall
+
+
+def run_pipelined(
+    config: Config,
+    tables: Callable[[], str],
+    commits: int,
+    window: int,
+    runs: int,
+    *,
+    tick: Tick,
+    meter: CpuMeter | None = None,
+) -> Run:
+    """One process, one writer, ``commits`` one-segment ``append_async`` calls with ``window`` in
+    flight, ``runs`` times on fresh tables; the run with the median rate is reported, every
+    run's rate is kept."""
+    measured: list[Run] = []
+    for r in range(runs):
+        table = tables()
+        create_table(config, table)
+        batches = [[make_segment(f"p{r}", i)] for i in range(commits)]
+        with TableWriter(config, table, writer_id=f"bench-pipelined-{r}") as writer:
+            writer.append([make_segment(f"warmup{r}", 0)])
+            load_before = loadavg()
+            if meter is not None:
+                meter.start()
+            cpu_start = time.process_time_ns()
+            latencies, wall = pipelined_loop(writer, batches, window, lambda: tick(1))
+            client_cpu = time.process_time_ns() - cpu_start
+            run = Run("segcat", "pipelined", latencies, wall, load_before=load_before)
+            if meter is not None:
+                run.details["cpu"] = meter.stop(commits, client_cpu)
+            run.load_after = loadavg()
+            run.details["live_segments_after"] = _check_live(writer, commits + 1)
+        measured.append(run)
+    rates = [run.commits_per_s for run in measured]
+    chosen = sorted(measured, key=lambda run: run.commits_per_s)[len(measured) // 2]
+    chosen.details |= {"window": window, "runs": runs, "rates": [round(x, 1) for x in rates]}
+    return chosen
+
+
 # --------------------------------------------------------------------------- concurrent
 
 Setup = tuple[list[Any], Callable[[Any], object], PhaseProbe]
@@ -274,12 +356,18 @@ class WorkerResult:
     error: str | None = None
 
 
-def _writer_setup(config: Config, table: str, index: int, commits: int, stack: ExitStack) -> Setup:
-    """A ``TableWriter`` that has made its warm-up commit."""
+def _writer_setup(
+    config: Config, table: str, index: int, commits: int, stack: ExitStack, window: int = 1
+) -> Setup:
+    """A ``TableWriter`` that has made its warm-up commit. With ``window`` > 1 the commit step
+    takes every batch at once and pipelines them (``pipelined_loop``), returning the latencies."""
     writer = stack.enter_context(TableWriter(config, table, writer_id=f"bench-writer-{index}"))
-    probe = PhaseProbe.attach(writer)
+    probe = PhaseProbe.attach(writer) if window == 1 else PhaseProbe()
     writer.append([make_segment(f"warmup{index}", 0)])
-    return [[make_segment(f"w{index}", i)] for i in range(commits)], writer.append, probe
+    batches = [[make_segment(f"w{index}", i)] for i in range(commits)]
+    if window == 1:
+        return batches, writer.append, probe
+    return batches, lambda items: pipelined_loop(writer, items, window, lambda: None), probe
 
 
 def _producer_setup(config: Config, table: str, index: int, commits: int, stack: ExitStack) -> Setup:
@@ -318,14 +406,17 @@ def _worker(
     barrier: Barrier,
     progress: Array[c_int],
     results: Queue[WorkerResult],
+    window: int = 1,
 ) -> None:
-    """One writer process: warm up, wait at the barrier, then ``commits`` timed commits."""
+    """One writer process: warm up, wait at the barrier, then ``commits`` timed commits
+    (one at a time, or ``window`` in flight)."""
     out = WorkerResult(index)
     try:
         with ExitStack() as stack:
-            items, commit, probe = (_producer_setup if raw else _writer_setup)(
-                config, table, index, commits, stack
-            )
+            if raw:
+                items, commit, probe = _producer_setup(config, table, index, commits, stack)
+            else:
+                items, commit, probe = _writer_setup(config, table, index, commits, stack, window)
             probe.reset()
             barrier.wait(timeout=300)
 
@@ -335,7 +426,11 @@ def _worker(
 
             out.start_ns = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
             cpu_start = time.process_time_ns()
-            out.latencies_ns, _ = time_each(items, commit, after)
+            if window > 1:
+                out.latencies_ns, _ = commit(items)
+                progress[index] += len(items)
+            else:
+                out.latencies_ns, _ = time_each(items, commit, after)
             out.end_ns = time.perf_counter_ns()
             out.cpu_ns = time.process_time_ns() - cpu_start
             out.probe = probe
@@ -355,11 +450,13 @@ def run_concurrent(
     timeout_s: float = 1800.0,
     meter: CpuMeter | None = None,
     raw: bool = False,
+    window: int = 1,
 ) -> Run:
     """``writers`` spawned processes committing to one table at once, started by a barrier.
 
     The parent joins the barrier too, so it can start the CPU meter as the writers start.
-    ``raw``: bare producers instead of ``TableWriter`` (see ``_producer_setup``).
+    ``raw``: bare producers instead of ``TableWriter`` (see ``_producer_setup``); ``window``:
+    each writer keeps that many commits in flight (``append_async``) instead of one.
     """
     create_table(config, table)
     ctx = mp.get_context("spawn")
@@ -369,7 +466,7 @@ def run_concurrent(
     procs = [
         ctx.Process(
             target=_worker,
-            args=(config, table, i, commits_per_writer, raw, barrier, progress, results),
+            args=(config, table, i, commits_per_writer, raw, barrier, progress, results, window),
             name=f"bench-writer-{i}",
         )
         for i in range(writers)
@@ -416,7 +513,7 @@ def run_concurrent(
     wall = max(r.end_ns for r in collected) - min(r.start_ns for r in collected)
     run = Run(
         "kafka" if raw else "segcat",
-        "raw-produce" if raw else "concurrent",
+        "raw-produce" if raw else ("concurrent" if window == 1 else "concurrent-pipelined"),
         latencies,
         wall,
         writers=writers,
@@ -429,6 +526,8 @@ def run_concurrent(
         round(len(r.latencies_ns) / ((r.end_ns - r.start_ns) / 1e9), 1) for r in collected
     ]
     run.details["breakdown"] = breakdown(latencies, [r.probe for r in collected if r.probe is not None])
+    if window > 1:
+        run.details["window"] = window
     if cpu is not None:
         cpu["writer_cpu_ms_per_commit"] = round(sum(r.cpu_ns for r in collected) / 1e6 / total, 3)
         run.details["cpu"] = cpu

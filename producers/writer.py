@@ -1,9 +1,11 @@
-"""``TableWriter``: produce one commit, learn its verdict by evaluating the rules locally.
+"""``TableWriter``: produce commits, learn their verdicts by evaluating the rules locally.
 
 Idempotent producer with acks=all; the commit_id is the record key and the idempotency
 key, so a retry after a timeout re-sends the very same record and the rules recognise
 the duplicate. The writer follows the log to keep its image current (``Follower``), so
-judging its own commit is one short fetch of the records since its last catch-up.
+judging its own commit is one short fetch of the records since its last catch-up. Many
+commits may be in flight (``submit``): ``pipeline.CommitPipeline`` sends them in order and
+judges all those delivered with one catch-up, each by its own record.
 """
 
 from __future__ import annotations
@@ -18,34 +20,34 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     CommitConflict,
     CommitTooLarge,
+    InvalidArgument,
     InvalidCommit,
     MalformedCommit,
-    ServiceUnavailable,
     TableDropped,
 )
-from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.log.topics import TopicAdmin, unreachable_hint
+from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
 from segcat.catalog.protocol.expressions import Predicate
 from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol, Segment, Tombstone
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import to_sql
-from segcat.catalog.protocol.replay import Applied, Listener
+from segcat.catalog.protocol.replay import Listener
 from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.producers.intent import DEFAULT_INTENT_TTL_S, WriteIntent
+from segcat.producers.pipeline import DEFAULT_MAX_IN_FLIGHT, LINGER_MS, CommitFuture, CommitPipeline
 
 log = logging.getLogger("segcat.writer")
 
@@ -102,6 +104,26 @@ def _refuse_dropped(name: TableName, verdict: Verdict) -> None:
         )
 
 
+class CommitIds:
+    """Random (version 4) UUIDs for commit ids, drawn from ``os.urandom`` 256 at a time: one
+    system call per id cost a pipelined writer as much as encoding the commit."""
+
+    BATCH = 256
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def new(self) -> str:
+        with self._lock:
+            if self._next >= len(self._pool):
+                self._pool, self._next = os.urandom(16 * self.BATCH), 0
+            raw = self._pool[self._next : self._next + 16]
+            self._next += 16
+        return str(uuid.UUID(bytes=raw, version=4))
+
+
 def default_writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
@@ -117,27 +139,40 @@ class TableWriter:
         writer_id: str | None = None,
         on_applied: Listener | None = None,
         from_keyframe: bool = True,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
-        """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies.
+        """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies
+        (on the writer's judge thread, with the image locked: it must not block on the writer).
 
         The image starts from the newest valid key frame on object storage when there is one
         (``from_keyframe``), so opening a writer on a long log does not replay it from offset 0.
+        ``max_in_flight`` bounds the commits ``submit`` keeps unresolved before it waits.
         """
         self.name = table_name(table)
-        self._on_applied = on_applied
         self.config = config
         self.writer_id = writer_id or default_writer_id()
         info = TopicAdmin(config).describe(self.name)
         self.max_message_bytes = info.max_message_bytes
-        self._producer = Producer(producer_config(config, info.max_message_bytes))
+        self._lock = threading.RLock()
+        """Guards the image: held while it changes and while a commit is prejudged and produced."""
+        self._producer = Producer(producer_config(config, info.max_message_bytes, linger_ms=LINGER_MS))
         files = TableFiles(ObjectStore.from_config(config), self.name) if from_keyframe else None
-        self._follower = Follower.from_keyframe(config, self.name, files, full=True)
+        self._follower = Follower.from_keyframe(config, self.name, files, full=True, guard=self._lock)
         self._caught_up = False
         """Whether the image has read the log's end at least once (before that it is a key frame's)."""
-        self._verdicts: dict[str, Verdict] = {}
-        self._pending: set[str] = set()
-        self._lock = threading.Lock()
         self._intents: list[WriteIntent] = []
+        self._ids = CommitIds()
+        self._closed = False
+        self._pipeline = CommitPipeline(
+            config,
+            self.name,
+            self._producer,
+            self._follower,
+            self._lock,
+            self._outcome,
+            on_applied,
+            max_in_flight=max_in_flight,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -150,9 +185,14 @@ class TableWriter:
         self.close()
 
     def close(self) -> None:
-        """Abort the intents still open (a job that never committed), then close the clients."""
+        """Abort the intents still open (a job that never committed), wait for the commits in
+        flight (failing those still unsettled after the request timeout), then close the clients."""
+        if self._closed:
+            return
         for intent in list(self._intents):
             intent.abort()
+        self._pipeline.close(self.config.request_timeout_s + 5)
+        self._closed = True
         self._producer.flush(self.config.request_timeout_s)
         self._follower.close()
 
@@ -165,16 +205,9 @@ class TableWriter:
 
     def refresh(self) -> TableState:
         """Catch the image up with the log's end (refuses a protocol this segcat does not know)."""
-        state = self._follower.catch_up(listener=self._listen)
+        state = self._pipeline.catch_up()
         self._caught_up = True
         return state
-
-    def _listen(self, applied: Applied, state: TableState) -> None:
-        cid = applied.verdict.commit_id
-        if cid is not None and cid in self._pending:
-            self._verdicts.setdefault(cid, applied.verdict)
-        if self._on_applied is not None:
-            self._on_applied(applied, state)
 
     # ------------------------------------------------------------------ commit
 
@@ -201,7 +234,7 @@ class TableWriter:
         """
         try:
             return Commit(
-                commit_id=Commit.new_id(),
+                commit_id=self._ids.new(),
                 table=self.name.qualified,
                 operation=operation,
                 base_version=self.state.version if base_version is None else base_version,
@@ -223,15 +256,31 @@ class TableWriter:
     def commit(self, commit: Commit, *, attempts: int = 3) -> int:
         """Publish ``commit``; return its version, or raise ``CommitConflict`` / ``InvalidCommit``.
 
-        Sending the same commit again (same commit_id) returns the original version.
+        Sending the same commit again (same commit_id) returns the original version. Threads
+        calling this on one writer share its produce requests and catch-ups (``submit``).
         """
-        with self._lock:
-            return self._commit(commit, attempts)
+        if self._pipeline.on_judge_thread():  # refuse before sending, not after
+            raise InvalidArgument("commit() in a commit future's callback would wait forever: use submit()")
+        with self._pipeline.driving():
+            return self.submit(commit, attempts=attempts).result()
 
-    def _commit(self, commit: Commit, attempts: int) -> int:
+    def submit(self, commit: Commit, *, attempts: int = 3) -> CommitFuture:
+        """Send ``commit`` now and return a future of its version; do not wait for the verdict.
+
+        Many commits may be in flight: they are produced in submit order, each as its own
+        record, and judged together by the writer's next catch-up. The future holds the
+        version or the error ``commit()`` would raise (``CommitConflict``, ``InvalidCommit``,
+        ``TableDropped``, ``ServiceUnavailable``, ``NotAuthorized``); what the commit alone
+        shows wrong (``MalformedCommit``, ``CommitTooLarge``) is raised here and nothing is
+        sent. The commit is prejudged on the image as of now, which does not yet hold the
+        commits still in flight: a commit that drops segments added by those must wait for
+        their futures. Blocks while ``max_in_flight`` commits are unresolved. A future may be
+        settled on the writer's judge thread: its callbacks must not block on this writer.
+        """
         problem = type_problem(commit)
         if problem:
             raise MalformedCommit(f"commit not sent: {problem}")
+        self._pipeline.check_open()
         if not self._caught_up:
             self.refresh()  # judge the first commit on the table as it is, not on a key frame's image
         if commit.base_version > self.state.version:
@@ -241,31 +290,30 @@ class TableWriter:
                     f"commit not sent: base_version {commit.base_version} is beyond the head of "
                     f"{self.name} (the log ends at offset {self.state.version})"
                 )
-        known = self.state.recent_commits.get(commit.commit_id)
-        if known is not None:
-            return known
-        self._prejudge(commit)
-        value = codec.encode_commit(commit)
-        key = commit.commit_id.encode()
-        if len(value) + len(key) + RECORD_OVERHEAD > self.max_message_bytes:
-            raise CommitTooLarge(
-                f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
-                f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
-            )
-        cid = commit.commit_id
-        self._pending.add(cid)
-        try:
-            offset = self._produce_with_retry(key, value, cid, attempts)
-            if offset is None:  # a retry found our earlier attempt already in the log
-                return self.state.recent_commits[cid]
-            self._follower.catch_up(offset, listener=self._listen)
-            verdict = self._verdicts.get(cid)
-            if verdict is None:
-                raise ServiceUnavailable(f"record at offset {offset} was not seen while catching up")
-            return self._outcome(verdict)
-        finally:
-            self._pending.discard(cid)
-            self._verdicts.pop(cid, None)
+        self._pipeline.wait_for_room()
+        with self._lock:
+            cid = commit.commit_id
+            if (in_flight := self._pipeline.pending(cid)) is not None:
+                return in_flight
+            known = self.state.recent_commits.get(cid)
+            if known is not None:
+                done = CommitFuture()
+                done.set_result(known)
+                return done
+            try:
+                self._prejudge(commit)
+            except (CommitConflict, TableDropped) as exc:  # a verdict, not a malformation: the future's
+                refused = CommitFuture()
+                refused.set_exception(exc)
+                return refused
+            value = codec.encode_commit(commit)
+            key = cid.encode()
+            if len(value) + len(key) + RECORD_OVERHEAD > self.max_message_bytes:
+                raise CommitTooLarge(
+                    f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
+                    f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
+                )
+            return self._pipeline.send(cid, key, value, attempts)
 
     def _prejudge(self, commit: Commit) -> None:
         """Judge ``commit`` on this writer's image before sending it: refuse what cannot win.
@@ -279,14 +327,15 @@ class TableWriter:
         state = self.state
         offset = state.version + 1
         strict = max(state.protocol.version, versions.CURRENT_VERSION)
-        problem = rules.malformation(commit, offset, self.name.qualified, strict) or _outside_root(
-            commit, state.location or table_root(self.config, self.name), state
-        )
-        if problem:
-            raise MalformedCommit(f"commit not sent: {problem}")
+        if strict != state.protocol.version:  # at the table's own protocol, judge() checks exactly this
+            problem = rules.malformation(commit, offset, self.name.qualified, strict)
+            if problem:
+                raise MalformedCommit(f"commit not sent: {problem}")
         verdict = rules.judge(state, offset, commit)
         if verdict.outcome is Outcome.INVALID:
             raise MalformedCommit(f"commit not sent: {verdict.detail}")
+        if problem := _outside_root(commit, state.location or table_root(self.config, self.name), state):
+            raise MalformedCommit(f"commit not sent: {problem}")
         if verdict.outcome is Outcome.REJECTED:
             _refuse_dropped(self.name, verdict)
             raise CommitConflict(
@@ -295,44 +344,6 @@ class TableWriter:
                 version=None,
                 conflicting_version=verdict.conflicting_version,
             )
-
-    def _produce_with_retry(self, key: bytes, value: bytes, cid: str, attempts: int) -> int | None:
-        last_error: KafkaError | None = None
-        for attempt in range(1, attempts + 1):
-            offset, error = self._produce(key, value)
-            if offset is not None:
-                return offset
-            refusals.raise_refusal(error, self.config, f"writing commit {cid} to {self.name.topic}")
-            last_error = error
-            log.warning("commit %s: delivery failed (attempt %d/%d): %s", cid, attempt, attempts, error)
-            try:
-                self.refresh()
-            except ServiceUnavailable:
-                continue
-            if cid in self._verdicts or cid in self.state.recent_commits:
-                return None if cid in self.state.recent_commits else self._verdicts[cid].offset
-        raise ServiceUnavailable(
-            f"commit {cid} could not be delivered after {attempts} attempts: {last_error}"
-        )
-
-    def _produce(self, key: bytes, value: bytes) -> tuple[int | None, KafkaError | None]:
-        result: list[tuple[int | None, KafkaError | None]] = []
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            result.append((None, err) if err is not None else (msg.offset(), None))
-
-        doing = f"writing to {self.name.topic}"
-        try:
-            self._producer.produce(self.name.topic, value=value, key=key, on_delivery=delivered)
-            deadline = time.monotonic() + self.config.request_timeout_s + 5
-            while not result and time.monotonic() < deadline:
-                self._producer.poll(0.05)
-        except KafkaException as exc:  # a fatal producer error (e.g. no idempotent-write right)
-            refusals.raise_refusal(exc, self.config, doing)
-            raise ServiceUnavailable(f"{doing} failed: {exc}; {unreachable_hint(self.config)}") from exc
-        if not result:
-            return None, KafkaError(KafkaError._MSG_TIMED_OUT)
-        return result[0]
 
     def _outcome(self, verdict: Verdict) -> int:
         if verdict.outcome in (Outcome.ACCEPTED, Outcome.NOTED):
@@ -371,6 +382,13 @@ class TableWriter:
 
     def append(self, segments: Iterable[Segment], *, properties: Mapping[str, str] | None = None) -> int:
         return self.commit(self.new_commit(Operation.APPEND, adds=segments, properties=properties))
+
+    def append_async(
+        self, segments: Iterable[Segment], *, properties: Mapping[str, str] | None = None
+    ) -> CommitFuture:
+        """``append`` without waiting: the future of its version (see ``submit``). Appends of
+        fresh segments never conflict, so any number of them can be in flight at once."""
+        return self.submit(self.new_commit(Operation.APPEND, adds=segments, properties=properties))
 
     def compact(
         self, drops: Iterable[str], adds: Iterable[Segment], *, properties: Mapping[str, str] | None = None

@@ -74,9 +74,11 @@ def admin_config(config: Config) -> dict[str, Any]:
     return {**_base(config), "socket.timeout.ms": int(config.request_timeout_s * 1000)}
 
 
-def producer_config(config: Config, max_message_bytes: int) -> dict[str, Any]:
+def producer_config(config: Config, max_message_bytes: int, *, linger_ms: int = 0) -> dict[str, Any]:
+    """``linger_ms``: how long a record may wait for others to share its produce request (a
+    pipelining writer batches; ``flush()`` sends at once regardless). The user's settings win."""
     return {
-        "linger.ms": 0,
+        "linger.ms": linger_ms,
         "compression.type": "zstd",
         "message.timeout.ms": int(config.request_timeout_s * 1000),
         **_base(config),

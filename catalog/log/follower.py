@@ -10,9 +10,11 @@ the verdict on a new commit costs one short fetch, not a replay.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from types import TracebackType
+from typing import Any
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive, LogPruned, ServiceUnavailable
@@ -50,8 +52,14 @@ class Follower:
         image: TableState | None = None,
         *,
         files: TableFiles | None = None,
+        guard: contextlib.AbstractContextManager[Any] | None = None,
     ) -> None:
         self.state = image if image is not None else TableState(name.qualified)
+        self._guard: contextlib.AbstractContextManager[Any] = (
+            guard if guard is not None else contextlib.nullcontext()
+        )
+        """Held while the image changes, never while waiting for Kafka: a writer judging new
+        commits on the image in another thread sees it whole, and is not held up by fetches."""
         self._name = name
         self._reader = LogReader(config, name)
         self._timeout = config.request_timeout_s
@@ -71,6 +79,7 @@ class Follower:
         *,
         at_most: int | None = None,
         full: bool = False,
+        guard: contextlib.AbstractContextManager[Any] | None = None,
     ) -> Follower:
         """Start from the newest valid key frame with version ≤ ``at_most`` (any, if None),
         reading the archived records after it from object storage and Kafka only after them.
@@ -86,7 +95,7 @@ class Follower:
             except OSError as exc:
                 log.warning("object storage unavailable; following from offset 0", extra={"error": str(exc)})
         image = None if frame is None else (frame.state() if full else keyframe.light_state(frame))
-        return cls(config, name, image, files=files)
+        return cls(config, name, image, files=files, guard=guard)
 
     def __enter__(self) -> Follower:
         return self
@@ -126,8 +135,9 @@ class Follower:
             if batch:
                 if not self._contiguous(batch, listener):
                     continue  # the archives filled a hole; read Kafka again after them
-                replay(batch, self.state, upto=target if exact else None, listener=listener)
-                self._position = self.state.version + 1
+                with self._guard:
+                    replay(batch, self.state, upto=target if exact else None, listener=listener)
+                    self._position = self.state.version + 1
                 if exact and batch[-1].offset > target:
                     self._reader.seek(self._position)
                 deadline = time.monotonic() + self._timeout
@@ -146,8 +156,9 @@ class Follower:
             return self.state
         batch = self._reader.poll_batch(timeout_s)
         if batch and self._contiguous(batch, listener):
-            replay(batch, self.state, listener=listener)
-            self._position = self.state.version + 1
+            with self._guard:
+                replay(batch, self.state, listener=listener)
+                self._position = self.state.version + 1
         return self.state
 
     def _archive_end(self, refresh: bool) -> int:
@@ -181,9 +192,10 @@ class Follower:
             )
             self._archived = -1
             return False
-        replay(records, self.state, upto=upto, listener=listener)
-        self.state.version = max(self.state.version, upto)  # the archives cover every offset up to it
-        self._position = self.state.version + 1
+        with self._guard:
+            replay(records, self.state, upto=upto, listener=listener)
+            self.state.version = max(self.state.version, upto)  # the archives cover every offset up to it
+            self._position = self.state.version + 1
         self._reader.seek(self._position)
         return True
 
