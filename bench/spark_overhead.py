@@ -17,9 +17,13 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
      ``df.toArrow()`` *outside* the timing (zstd too);
    - the footer-stats cost alone: ``segment_from_parquet`` over the 100 files segcat wrote.
 2. ``stream``: commit → row in a memory sink: ``readStream.format("segcat")`` →
-   ``format("memory")`` with a 100 ms processing-time trigger; 40 / 10 one-segment appends via
-   ``TableWriter``, one at a time; the latency of a version is when a poll of the sink first
-   sees it minus the return of ``append``.
+   ``format("memory")`` with a 100 ms processing-time trigger, a materializer process following
+   the tables (the source reads the materialized head from Redis); 3 / 1 rounds × 15 / 8
+   one-segment appends via ``TableWriter``, one at a time, per variant (``STREAM_VARIANTS``:
+   Spark's defaults, the ``FileSystem``-based checkpoint manager, ``latestFrom=kafka``, async
+   progress tracking), interleaved in shuffled order; the latency of a version is when a poll
+   of the sink first sees it minus the return of ``append``. Spark's own per-batch cost is
+   measured alongside with the JVM ``rate-micro-batch`` source into the same sink.
 
 Results go to ``bench/results/spark-overhead-<UTC time>.json`` and, for full runs, to the
 ``spark-overhead`` section of docs/BENCHMARKS.md (words: ``spark_doc``).
@@ -27,9 +31,12 @@ Results go to ``bench/results/spark-overhead-<UTC time>.json`` and, for full run
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,13 +60,15 @@ class Params:
     files: int
     rows_per_file: int
     repetitions: int
-    stream_commits: int
+    stream_rounds: int
+    stream_commits_per_round: int
     trigger_ms: int
     poll_interval_ms: int
+    reference_batches: int
 
     @classmethod
     def of(cls, quick: bool) -> Params:
-        return cls(4, 1_000, 2, 10, 100, 5) if quick else cls(100, 10_000, 7, 40, 100, 5)
+        return cls(4, 1_000, 2, 1, 8, 100, 5, 10) if quick else cls(100, 10_000, 7, 3, 15, 100, 5, 30)
 
 
 def dir_stats(path: Path) -> dict[str, int]:
@@ -227,22 +236,176 @@ def run_append(spark: Any, config: Config, params: Params, work: Path, created: 
     }
 
 
-def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -> Results:
+FS_CHECKPOINTS = (
+    "spark.sql.streaming.checkpointFileManagerClass",
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+)
+"""Spark's default checkpoint manager writes through Hadoop's ``FileContext``: on the local file
+system (no native Hadoop library in pyspark) every offset/commit-log file costs forked ``chmod``
+and ``readlink`` processes; the ``FileSystem``-based one renames with ``File.renameTo``."""
+
+
+@dataclass(frozen=True)
+class StreamVariant:
+    """One way of running the stream query: the source's options, Spark settings, sink options."""
+
+    key: str
+    label: str
+    source: dict[str, str]
+    spark_conf: dict[str, str]
+    sink: dict[str, str]
+
+
+STREAM_VARIANTS = (
+    StreamVariant("segcat", "segcat source, Spark's defaults", {}, {}, {}),
+    StreamVariant(
+        "segcat_fs_checkpoint",
+        "segcat source + `FileSystemBasedCheckpointFileManager`",
+        {},
+        dict([FS_CHECKPOINTS]),
+        {},
+    ),
+    StreamVariant(
+        "segcat_kafka_fs_checkpoint",
+        "as above, `latestFrom=kafka` (the log's end from Kafka at every trigger)",
+        {"latestFrom": "kafka"},
+        dict([FS_CHECKPOINTS]),
+        {},
+    ),
+    StreamVariant(
+        "segcat_async",
+        "segcat source + `FileSystemBasedCheckpointFileManager` + `asyncProgressTrackingEnabled`",
+        {},
+        dict([FS_CHECKPOINTS]),
+        {"asyncProgressTrackingEnabled": "true"},
+    ),
+)
+
+
+def _spawn_materializer(config: Config, pattern: str) -> subprocess.Popen[bytes]:
+    """The materializer as deployed: a process of its own, following only this run's stream tables."""
+    env = {
+        **os.environ,
+        "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
+        "SEGCAT_REDIS_URL": config.redis_url,
+        "SEGCAT_WAREHOUSE": config.warehouse,
+    }
+    args = ["--pattern", pattern, "--group", f"bench-stream-{uuid.uuid4().hex[:8]}", "--instance-id", ""]
+    return subprocess.Popen(
+        [sys.executable, "-m", "segcat.materializer", *args, "--metrics-port", "0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _wait_for_heads(config: Config, offsets: dict[str, int], limit_s: float = 120.0) -> None:
+    from segcat.catalog.storage.redis import RedisStore
+
+    store = RedisStore.from_config(config)
+    deadline = time.monotonic() + limit_s
+    try:
+        for name, offset in offsets.items():
+            while True:
+                head = store.head(name)
+                if head is not None and head.offset >= offset:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the materializer did not reach offset {offset} of {name}")
+                time.sleep(0.05)
+    finally:
+        store.close()
+
+
+def _stream_once(
+    spark: Any, config: Config, params: Params, name: str, variant: StreamVariant, seed: int
+) -> tuple[list[float], list[float], list[dict[str, Any]]]:
+    """One query on ``name``: warm-up commits, then ``stream_commits_per_round`` timed ones; the
+    latencies from ``append``'s return and from the broker's append time, and the batches' progress."""
     import segcat.spark_integration as si
-    from segcat.catalog.read.table import Catalog
     from segcat.producers import TableWriter
 
-    name = f"bench.stream_{uuid.uuid4().hex[:8]}"
-    Catalog(config).create_table(name)
-    created.append(name)
     sink = f"segcat_bench_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
+    for key, value in variant.spark_conf.items():
+        spark.conf.set(key, value)
     writer = TableWriter(config, name)
-    first = writer.append([_tiny_segment(0)])  # so the query has something to start on
+    query = None
+    try:
+        first = writer.append([_tiny_segment(0)])  # so the query has something to start on
+        query = (
+            spark.readStream.format("segcat")
+            .options(**si.source_options(config))
+            .options(**variant.source)
+            .option("table", name)
+            .load()
+            .writeStream.format("memory")
+            .queryName(sink)
+            .options(**variant.sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime=f"{params.trigger_ms} milliseconds")
+            .start()
+        )
+
+        rows_seen: dict[int, int] = {}
+        memory_sink = query._jsq.streamingQuery().sink()  # the MemorySink the query appends to
+
+        def seen() -> dict[int, int]:
+            """Version → the broker's append time (ms) of every row in the sink so far. Read from the
+            ``MemorySink`` over py4j (a few ms, no Spark job): a ``spark.sql`` poll is a job of its
+            own (30-250 ms on this machine) and, every few ms, would compete with the stream."""
+            data = memory_sink.allData()
+            for i in range(len(rows_seen), int(data.size())):
+                row = data.apply(i)  # VERSIONS_SCHEMA: version is column 1, timestamp column 3
+                rows_seen[int(row.getLong(1))] = int(row.get(3).getTime())
+            return rows_seen
+
+        def wait_for(version: int, limit_s: float = 120.0) -> tuple[int, float]:
+            """When a poll first saw ``version`` (``perf_counter_ns``), and how long after the broker
+            appended its record (ms, wall clock: broker and benchmark share the machine's clock)."""
+            deadline = time.monotonic() + limit_s
+            while time.monotonic() < deadline:
+                rows = seen()
+                if version in rows:
+                    return time.perf_counter_ns(), time.time() * 1000 - rows[version]
+                time.sleep(params.poll_interval_ms / 1000)
+            raise TimeoutError(f"version {version} not in the sink after {limit_s} s")
+
+        wait_for(first)
+        for i in range(3):  # warm-up commits, untimed
+            wait_for(writer.append([_tiny_segment(1000 + i)]))
+        started = len(query.recentProgress)
+        rng = random.Random(seed)
+        latencies: list[float] = []
+        from_log: list[float] = []
+        for i in range(params.stream_commits_per_round):
+            time.sleep(rng.uniform(0, params.trigger_ms / 1000))  # do not lock onto the trigger
+            version = writer.append([_tiny_segment(i + 1)])
+            committed = time.perf_counter_ns()
+            visible, after_append_ms = wait_for(version)
+            latencies.append((visible - committed) / runner.NS_PER_MS)
+            from_log.append(after_append_ms)
+        progress_rows = [p for p in query.recentProgress[started:] if p.get("numInputRows")]
+        return latencies, from_log, progress_rows
+    finally:
+        if query is not None:
+            query.stop()
+        writer.close()
+        for key in variant.spark_conf:
+            spark.conf.unset(key)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def _spark_reference(spark: Any, params: Params, conf: dict[str, str]) -> dict[str, Any]:
+    """Spark's own per-batch cost: ``rate-micro-batch`` (a JVM source, one row per batch) into the
+    same memory sink with the same trigger; no Python, no catalog."""
+    sink = f"segcat_bench_rate_{uuid.uuid4().hex[:8]}"
+    checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
+    for key, value in conf.items():
+        spark.conf.set(key, value)
     query = (
-        spark.readStream.format("segcat")
-        .options(**si.source_options(config))
-        .option("table", name)
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 1)
         .load()
         .writeStream.format("memory")
         .queryName(sink)
@@ -250,48 +413,111 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
         .trigger(processingTime=f"{params.trigger_ms} milliseconds")
         .start()
     )
-
-    def seen() -> set[int]:
-        return {r["version"] for r in spark.sql(f"select version from {sink}").collect()}
-
-    def wait_for(version: int, limit_s: float = 120.0) -> int:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            if version in seen():
-                return time.perf_counter_ns()
-            time.sleep(params.poll_interval_ms / 1000)
-        raise TimeoutError(f"version {version} not in the sink after {limit_s} s")
-
-    latencies: list[float] = []
     try:
-        wait_for(first)
-        for i in range(3):  # warm-up commits, untimed
-            wait_for(writer.append([_tiny_segment(1000 + i)]))
-        rng = random.Random(1)
-        for i in range(params.stream_commits):
-            time.sleep(rng.uniform(0, params.trigger_ms / 1000))  # do not lock onto the trigger
-            version = writer.append([_tiny_segment(i + 1)])
-            committed = time.perf_counter_ns()
-            latencies.append((wait_for(version) - committed) / runner.NS_PER_MS)
-        poll_costs = [timed(seen)[1] for _ in range(20)]
-        with_rows = [p for p in query.recentProgress if p.get("numInputRows")]
-        phases: dict[str, list[float]] = defaultdict(list)
-        for prog in with_rows:
-            for phase, value in prog["durationMs"].items():
-                phases[phase].append(float(value))
+        deadline = time.monotonic() + 120
+        while len(query.recentProgress) < params.reference_batches + 5 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        rows = [p for p in query.recentProgress[5:] if p.get("numInputRows")]
     finally:
         query.stop()
-        writer.close()
+        for key in conf:
+            spark.conf.unset(key)
         shutil.rmtree(checkpoint, ignore_errors=True)
-    batch_ms = [float(p["durationMs"].get("triggerExecution", 0)) for p in with_rows]
+    return {"batches": len(rows), "phases_ms": _phases(rows)}
+
+
+def _phases(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    phases: dict[str, list[float]] = defaultdict(list)
+    for prog in rows:
+        for phase, value in prog["durationMs"].items():
+            phases[phase].append(float(value))
+    return {k: Timing(v).to_json() for k, v in phases.items()}
+
+
+def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -> Results:
+    from segcat.catalog.read.table import Catalog
+
+    run_id = uuid.uuid4().hex[:8]
+    catalog = Catalog(config)
+    tables: dict[tuple[int, str], str] = {}
+    for rnd in range(params.stream_rounds):
+        for variant in STREAM_VARIANTS:
+            name = f"bench.stream_{run_id}_{variant.key}_{rnd}"
+            catalog.create_table(name)  # all before the materializer subscribes to their pattern
+            created.append(name)
+            tables[rnd, variant.key] = name
+    materializer = _spawn_materializer(config, rf"^segcat\.bench\.stream_{run_id}_.*")
+    latencies: dict[str, list[float]] = defaultdict(list)
+    from_log: dict[str, list[float]] = defaultdict(list)
+    round_log_p50: dict[str, list[float]] = defaultdict(list)
+    round_p50: dict[str, list[float]] = defaultdict(list)
+    progress_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    try:
+        _wait_for_heads(config, {name: 0 for name in tables.values()})
+        progress(f"materializer up for {len(tables)} tables")
+        for rnd in range(params.stream_rounds):
+            order = list(STREAM_VARIANTS)
+            random.Random(rnd).shuffle(order)
+            for variant in order:
+                lat, log_lat, rows = _stream_once(
+                    spark, config, params, tables[rnd, variant.key], variant, rnd
+                )
+                latencies[variant.key] += lat
+                from_log[variant.key] += log_lat
+                round_p50[variant.key].append(statistics.median(lat))
+                round_log_p50[variant.key].append(statistics.median(log_lat))
+                progress_rows[variant.key] += rows
+            progress(
+                f"round {rnd + 1}/{params.stream_rounds}: "
+                + ", ".join(
+                    f"{k} p50 {v[-1]:.0f} ms ({round_log_p50[k][-1]:.0f} ms from the log)"
+                    for k, v in round_p50.items()
+                )
+            )
+        sink_probe = f"segcat_bench_probe_{run_id}"
+        spark.range(1).createOrReplaceTempView(sink_probe)
+        poll_costs = [timed(lambda: spark.sql(f"select * from {sink_probe}").collect())[1] for _ in range(20)]
+        reference = {
+            "spark_defaults": _spark_reference(spark, params, {}),
+            "fs_checkpoint": _spark_reference(spark, params, dict([FS_CHECKPOINTS])),
+        }
+    finally:
+        materializer.terminate()
+        try:
+            materializer.wait(30)
+        except subprocess.TimeoutExpired:
+            materializer.kill()
+    variants = {}
+    for variant in STREAM_VARIANTS:
+        rows = progress_rows[variant.key]
+        batch_ms = [float(p["durationMs"].get("triggerExecution", 0)) for p in rows]
+        variants[variant.key] = {
+            "label": variant.label,
+            "source_options": variant.source,
+            "spark_conf": variant.spark_conf,
+            "sink_options": variant.sink,
+            "latency": Timing(latencies[variant.key]).to_json(),
+            "round_p50_ms": [round(x, 1) for x in round_p50[variant.key]],
+            "latency_from_log": Timing(from_log[variant.key]).to_json(),
+            "round_log_p50_ms": [round(x, 1) for x in round_log_p50[variant.key]],
+            "batch_trigger_execution_ms": Timing(batch_ms).to_json() if batch_ms else None,
+            "batch_phases_ms": _phases(rows),
+        }
+    head = variants["segcat"]
     return {
         "trigger_ms": params.trigger_ms,
         "poll_interval_ms": params.poll_interval_ms,
-        "commits": params.stream_commits,
-        "latency": Timing(latencies).to_json(),
+        "rounds": params.stream_rounds,
+        "commits": params.stream_commits_per_round * params.stream_rounds,
+        "materializer": "a separate `python -m segcat.materializer` process following the stream tables",
+        "sink_watch": "py4j",
+        # the headline variant's figures under the keys older results used
+        "latency": head["latency"],
         "sink_poll_cost": Timing(poll_costs).to_json(),
-        "batch_trigger_execution_ms": Timing(batch_ms).to_json() if batch_ms else None,
-        "batch_phases_ms": {k: Timing(v).to_json() for k, v in phases.items()},
+        "batch_trigger_execution_ms": head["batch_trigger_execution_ms"],
+        "batch_phases_ms": head["batch_phases_ms"],
+        "variants": variants,
+        "spark_reference": reference,
     }
 
 
@@ -313,6 +539,8 @@ def run(ctx: Context) -> Results:
         if "stream" in ctx.only:
             progress("2. stream")
             out["stream"] = run_stream(spark, config, params, created)
+            if ctx.args.baseline:
+                out["stream"]["baselines"] = [_baseline(Path(p)) for p in ctx.args.baseline]
     finally:
         spark.stop()
         if ctx.args.keep:
@@ -325,6 +553,34 @@ def run(ctx: Context) -> Results:
     return out
 
 
+def _baseline(path: Path) -> dict[str, Any]:
+    """The stream figures of an earlier run (``--baseline``): the same scenario on older code."""
+    saved = runner.load_results(path)
+    stream = saved["stream"]
+    return {
+        "results_file": runner.relative(path),
+        "tree": str(saved["environment"]["git"]).split()[0],  # the worktree carried this bench only
+        "started": saved["environment"]["date_utc"],
+        "finished": saved.get("finished_utc"),
+        "load_at_start": saved["environment"]["loadavg_at_start"],
+        "load_at_end": saved.get("loadavg_at_end"),
+        "latency": stream["latency"],
+        "batch_phases_ms": stream.get("batch_phases_ms", {}),
+        "variants": stream.get("variants"),
+        "spark_reference": stream.get("spark_reference"),
+    }
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="a stream run of older code (e.g. from a git worktree of HEAD) to show as 'before'",
+    )
+
+
 BENCHMARK = runner.Benchmark(
     name="spark-overhead",
     module="bench.spark_overhead",
@@ -333,6 +589,7 @@ BENCHMARK = runner.Benchmark(
     run=run,
     render=spark_doc.render,
     summary=spark_doc.render,
+    options=options,
     command_prefix="SPARK_LOCAL_IP=127.0.0.1 ",
     wait_for_others_s=600.0,
 )

@@ -16,7 +16,21 @@ range it does not hold (after a restart, a rewind), so nothing depends on proces
 Options: ``table`` (required); ``startingVersion`` = ``earliest`` (default: every accepted
 version) | ``latest`` (versions after the head at start) | N (versions ≥ N);
 ``maxVersionsPerTrigger`` = N (a read limit, honoured under ``Trigger.AvailableNow`` too);
-the ``segcat.*`` service options of ``spark_integration.source_options(config)``.
+``latestFrom`` = ``redis`` (default) | ``kafka`` and ``kafkaCheckIntervalMs`` (default 1000),
+below; the ``segcat.*`` service options of ``spark_integration.source_options(config)``.
+
+How far to judge at each trigger (``latestOffset``): the materializer's head in Redis (one
+HGETALL) says up to which log offset the log has been judged; the planner then judges the
+records up to that offset itself, from the records its consumer has usually fetched already.
+The head is only a hint of how far to read: the versions reported are always the planner's
+own verdicts, so Redis can never make the stream skip or invent a version. Kafka's end (one
+ListOffsets, on an idle consumer of its own: a request on the follower's consumer would queue
+behind its long-poll fetch, up to ``fetch.wait.max.ms``) is asked instead when Redis cannot
+answer (one warning, Redis tried again after ``REDIS_RETRY_S``), holds no head for the table,
+is behind what the planner has judged, or has not moved for ``kafkaCheckIntervalMs`` (so a
+stopped materializer delays a version by at most that much). ``latestFrom=kafka`` asks
+Kafka at every trigger. ``Trigger.AvailableNow`` and ``startingVersion=latest`` always take
+the log's end from Kafka (the head is the log's end, docs/PROTOCOL.md §3).
 
 While a micro-batch is processed the planner holds a version lease (``catalog.read.lease``) on
 its end version: taken when ``partitions`` plans the batch (a ``foreachBatch`` sink that reads
@@ -37,9 +51,11 @@ whether it is read as a batch or a stream, so the options, not the caller, choos
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,7 +66,9 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
 )
+from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -58,8 +76,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+from redis.exceptions import AuthenticationError, NoPermissionError
 
 from segcat.catalog.config import Config
+from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.jsonio import segment_to_json
@@ -91,6 +111,16 @@ SEGMENTS_SCHEMA = (
 ROWS_PER_PARTITION = 10_000
 """Version rows per streaming task (a batch of many versions is split over several tasks)."""
 
+HINT_WAIT_S = 1.0
+"""How long the records up to Redis' head may take to arrive before the head is checked against
+the log's end (a head left over from an older topic of the same name would be waited for forever)."""
+REDIS_RETRY_S = 10.0
+"""After Redis failed to answer, the planner asks Kafka only, for this long (a Redis that hangs
+would otherwise cost every trigger its socket timeout)."""
+DEFAULT_KAFKA_CHECK_MS = 1000
+
+log = logging.getLogger("segcat.spark.stream")
+
 VersionRow = tuple[Any, ...]
 """One row of ``VERSIONS_SCHEMA``."""
 
@@ -102,12 +132,16 @@ class VersionFollower:
     """Judges a table's log forward from some version and remembers the accepted versions.
 
     Holds Kafka clients: it lives in one process and is never pickled (the readers drop it).
+    Besides the follower's consumer it keeps an idle one for the log's end: a ListOffsets on a
+    consumer that is fetching waits behind its pending long-poll fetch (the broker answers one
+    request per connection at a time), which cost every trigger up to ``fetch.wait.max.ms``.
     """
 
     def __init__(self, config: Config, name: TableName) -> None:
         self._config = config
         self._name = name
         self._follower: Follower | None = None
+        self._ends: LogReader | None = None
         self._after = -1
         """Every accepted version in (``_after``, the image's offset] is in ``_rows``."""
         self._rows: dict[int, VersionRow] = {}
@@ -116,11 +150,27 @@ class VersionFollower:
         if self._follower is not None:
             self._follower.close()
             self._follower = None
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         self._rows = {}
+
+    def log_end(self) -> int:
+        """The offset of the newest record in the log (-1: empty): one request, never queued."""
+        if self._ends is None:
+            self._ends = LogReader(self._config, self._name)
+        return self._ends.watermarks()[1] - 1
+
+    @property
+    def judged(self) -> int:
+        """The last log offset judged (-1: none yet)."""
+        return -1 if self._follower is None else self._follower.state.version
 
     def _start(self, after: int) -> None:
         """Rebuild the image at ``after``: newest key frame ≤ ``after``, then the log up to it."""
-        self.close()
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
         files = TableFiles(ObjectStore.from_config(self._config), self._name)
         follower = Follower.from_keyframe(self._config, self._name, files, at_most=after)
         if follower.state.version < after:
@@ -129,33 +179,31 @@ class VersionFollower:
         # complete from there on
         self._follower, self._after, self._rows = follower, follower.state.last_accepted_version, {}
 
-    def _advance(self, upto: int | None) -> None:
-        """Judge the records after the image, up to ``upto`` (default: the end of the log)."""
-        assert self._follower is not None
-        if upto is not None and upto <= self._follower.state.version:
+    def _collect(self, applied: Applied, _: TableState) -> None:
+        delta = applied.delta
+        if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
             return
-        name = self._name.qualified
+        self._rows[delta.version] = (
+            self._name.qualified,
+            delta.version,
+            delta.prev_version,
+            dt.datetime.fromtimestamp(delta.timestamp_ms / 1000, tz=dt.UTC),
+            delta.commit_id,
+            delta.operation.value,
+            [s.segment_id for s in delta.added],
+            list(delta.dropped),
+            delta.rows_delta,
+            delta.bytes_delta,
+            delta.live_count,
+            dict(delta.commit.properties),
+        )
 
-        def collect(applied: Applied, _: TableState) -> None:
-            delta = applied.delta
-            if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
-                return
-            self._rows[delta.version] = (
-                name,
-                delta.version,
-                delta.prev_version,
-                dt.datetime.fromtimestamp(delta.timestamp_ms / 1000, tz=dt.UTC),
-                delta.commit_id,
-                delta.operation.value,
-                [s.segment_id for s in delta.added],
-                list(delta.dropped),
-                delta.rows_delta,
-                delta.bytes_delta,
-                delta.live_count,
-                dict(delta.commit.properties),
-            )
-
-        self._follower.catch_up(upto, listener=collect, exact=True)
+    def _advance(self, upto: int) -> None:
+        """Judge the records after the image, up to offset ``upto``."""
+        assert self._follower is not None
+        if upto <= self._follower.state.version:
+            return
+        self._follower.catch_up(upto, listener=self._collect, exact=True)
 
     def _ensure(self, after: int) -> None:
         if self._follower is None or after < self._after:
@@ -164,18 +212,41 @@ class VersionFollower:
     def accepted_after(self, after: int, upto: int | None = None) -> list[VersionRow]:
         """The accepted versions in (``after``, ``upto``], reading the log to ``upto`` or its end."""
         self._ensure(after)
-        self._advance(upto)
+        self._advance(self.log_end() if upto is None else upto)
         return [row for v, row in self._rows.items() if v > after and (upto is None or v <= upto)]
+
+    def reach(self, after: int, hint: int) -> int:
+        """Judge the log up to offset ``hint`` (how far the materializer judged it, from Redis);
+        returns the offset judged to, which is ``hint`` unless the log ends before it.
+
+        The records are normally in the consumer's buffer already (it keeps fetching), so this
+        costs no round trip. If they do not arrive within ``HINT_WAIT_S`` the hint is checked
+        against the log's end and cut to it (a head left from an older topic of the same name).
+        """
+        self._ensure(after)
+        follower = self._follower
+        assert follower is not None
+        deadline = time.monotonic() + HINT_WAIT_S
+        while follower.state.version < hint:
+            if time.monotonic() > deadline:
+                hint = min(hint, self.log_end())
+                self._advance(hint)
+                break
+            follower.poll(0.05, self._collect)
+        return hint
 
     def last_accepted(self) -> int:
         """The newest accepted version in the log now (reads to the log's end)."""
+        end = self.log_end()
         if self._follower is None:
-            with LogReader(self._config, self._name) as reader:
-                head = reader.watermarks()[1] - 1
-            self._start(head)  # from the newest key frame, not from offset 0
-        self._advance(None)
+            self._start(end)  # from the newest key frame, not from offset 0
+        self._advance(end)
         assert self._follower is not None
         return self._follower.state.last_accepted_version
+
+    def known_last_accepted(self) -> int | None:
+        """The newest accepted version judged so far, without reading anything (None: nothing yet)."""
+        return None if self._follower is None else self._follower.state.last_accepted_version
 
     def forget(self, upto: int) -> None:
         """Spark will never ask for versions ≤ ``upto`` again: free their rows."""
@@ -245,6 +316,23 @@ class SourceOptions:
             raise ValueError(f"startingVersion must be ≥ 0, 'earliest' or 'latest', not {start}")
         return start - 1
 
+    @property
+    def latest_from(self) -> str:
+        """Where each trigger learns how far the log goes: ``redis`` (the materialized head) or ``kafka``."""
+        raw = (self.get("latestFrom") or "redis").strip().lower()
+        if raw not in ("redis", "kafka"):
+            raise ValueError(f"latestFrom must be 'redis' or 'kafka', not {raw!r}")
+        return raw
+
+    @property
+    def kafka_check_s(self) -> float:
+        """With ``latestFrom=redis``: ask Kafka's end too when Redis' head has not moved this long."""
+        raw = self.int_option("kafkaCheckIntervalMs")
+        value = DEFAULT_KAFKA_CHECK_MS if raw is None else raw
+        if value < 0:
+            raise ValueError(f"kafkaCheckIntervalMs must be ≥ 0, not {value}")
+        return value / 1000
+
 
 # ---------------------------------------------------------------------------- the data source
 
@@ -282,8 +370,28 @@ class VersionRows(InputPartition):
         self.rows = list(rows)
 
 
-class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets ``{"version": V}`` = every accepted version ≤ V emitted (string key, plain int)."""
+class _AvailableNow(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Tells pyspark's planner loop that a ``VersionStreamReader`` supports Trigger.AvailableNow
+    (it asks the ``simple_reader`` of a ``_SimpleStreamReaderWrapper``) and passes the call on."""
+
+    def __init__(self, reader: VersionStreamReader) -> None:
+        self._reader = reader
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._reader.prepareForTriggerAvailableNow()
+
+
+class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNow):
+    """Offsets ``{"version": V}`` = every accepted version ≤ V emitted (string key, plain int).
+
+    A batch of at most ``ROWS_PER_PARTITION`` versions reaches Spark with its plan: pyspark's
+    planner loop sends the rows of ``getCache`` to the JVM next to the partitions of a
+    ``_SimpleStreamReaderWrapper`` (the class behind ``SimpleDataSourceStreamReader``), which
+    stores them as a block the task reads, so no Python worker is started for the batch (that
+    was most of a small batch's ``addBatch``). Every method of the wrapper is overridden here;
+    it is the base class only for that hand-over. ``read`` still serves the rows of a partition
+    whose block is gone, and larger batches (several partitions) as before.
+    """
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
@@ -292,24 +400,90 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError("maxVersionsPerTrigger must be ≥ 1")
         self._target: int | None = None
         """Trigger.AvailableNow: the last version to read (the head when the query started)."""
+        self._latest_from = options.latest_from
+        self._kafka_check_s = options.kafka_check_s
         self._follower: VersionFollower | None = None
         self._redis: RedisStore | None = None
+        self._redis_down_until = 0.0
+        """``time.monotonic()`` before which Redis is not asked again (it failed to answer)."""
+        self._head_ignored_until = 0.0
+        """``time.monotonic()`` before which Redis' head is not used (it was ahead of the log)."""
+        self._kafka_at = 0.0
+        """When the log's end was last taken from Kafka (``time.monotonic()``)."""
         self._lease: HeldLease | None = None
         """The lease on the end version of the batch planned last (planner process only)."""
+        self._planned: tuple[int, int, list[VersionRow]] | None = None
+        """(after, upto, rows) of the batch planned last, for ``getCache``."""
+        self.simple_reader = _AvailableNow(self)
+        """What pyspark's planner loop asks a ``_SimpleStreamReaderWrapper`` about Trigger.AvailableNow."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_follower"] = None  # Kafka clients stay in the planner process
         state["_redis"] = None  # and so do the Redis client
         state["_lease"] = None  # and the lease with its renewing thread
+        state["_planned"] = None  # the partitions carry their rows
         return state
+
+    def _store(self) -> RedisStore:
+        if self._redis is None:
+            self._redis = RedisStore.from_config(self._options.config())
+        return self._redis
+
+    def _redis_head_offset(self) -> int | None:
+        """How far the materializer has judged the log (Redis head's offset), or None: ask Kafka."""
+        now = time.monotonic()
+        if now < self._redis_down_until or now < self._head_ignored_until:
+            return None
+        try:
+            head = self._store().head(self._options.table)
+        except ServiceUnavailable as exc:
+            self._redis_down_until = now + REDIS_RETRY_S
+            # the store already warned once about refused credentials or a missing ACL permission
+            refused = isinstance(exc.__cause__, AuthenticationError | NoPermissionError)
+            _warn_once(
+                self._store().where,
+                logging.DEBUG if refused else logging.WARNING,
+                "the segcat stream of %s reads the log's end from Kafka: Redis does not answer (%s); "
+                "it runs without version leases meanwhile and asks Redis again every %.0f s",
+                self._options.table,
+                exc,
+                REDIS_RETRY_S,
+            )
+            return None
+        return None if head is None else head.offset
+
+    def _judge_to_end(self, follower: VersionFollower, after: int) -> None:
+        """Judge the log as far as it is known to go: Redis' head, or Kafka's end (module docstring)."""
+        if self._latest_from == "redis":
+            hint = self._redis_head_offset()
+            now = time.monotonic()
+            known = max(after, follower.judged)
+            fresh = now - self._kafka_at < self._kafka_check_s
+            if hint is not None and (hint > known or (hint == known and fresh)):
+                reached = follower.reach(after, hint)
+                if reached < hint:  # Redis' head is ahead of the log itself: do not trust it for a while
+                    self._head_ignored_until = now + REDIS_RETRY_S
+                    _warn_once(
+                        f"ahead:{self._options.table}",
+                        logging.WARNING,
+                        "Redis' head of %s (offset %s) is beyond the log's end (%s); "
+                        "reading the log's end from Kafka",
+                        self._options.table,
+                        hint,
+                        reached,
+                    )
+                return
+        self._kafka_at = time.monotonic()
+        follower.accepted_after(after)
 
     def _hold(self, version: int) -> None:
         """Lease ``version`` (the batch being planned), then let the previous batch's lease go."""
         if self._lease is not None and self._lease.held and self._lease.version == version:
             return
-        if self._redis is None:
-            self._redis = RedisStore.from_config(self._options.config())
+        if time.monotonic() < self._redis_down_until:
+            return  # Redis did not answer just now (the warning said the stream runs without leases)
+        self._store()
         previous = self._lease
         self._lease = try_hold(
             self._redis, self._options.name, version, holder=default_holder("spark-stream")
@@ -354,15 +528,20 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._release_done(after)
         if self._target is not None and after >= self._target:
             return {"version": after}
-        rows = self._follow().accepted_after(after, self._target)
+        follower = self._follow()
+        if self._target is None:
+            self._judge_to_end(follower, after)
+            rows = follower.accepted_after(after, follower.judged)
+        else:
+            rows = follower.accepted_after(after, self._target)
         if isinstance(limit, ReadMaxRows):
             rows = rows[: max(1, limit.max_rows)]
         return {"version": int(rows[-1][1]) if rows else after}
 
     def reportLatestOffset(self) -> dict[str, int] | None:
-        if self._follower is None:
-            return None
-        return {"version": self._follower.last_accepted()}
+        """The newest version judged by ``latestOffset`` just before (progress reports only: no I/O)."""
+        known = None if self._follower is None else self._follower.known_last_accepted()
+        return None if known is None else {"version": known}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         after, upto = int(start["version"]), int(end["version"])
@@ -370,9 +549,18 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         rows = self._follow().accepted_after(after, upto)
         self._hold(upto)
+        self._planned = (after, upto, rows) if 0 < len(rows) <= ROWS_PER_PARTITION else None
         return [
             VersionRows(rows[i : i + ROWS_PER_PARTITION]) for i in range(0, len(rows), ROWS_PER_PARTITION)
         ]
+
+    def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[VersionRow] | None:
+        """The rows of the batch ``partitions`` just planned (one partition), handed to the JVM with
+        the plan; None for anything else (the task then calls ``read``)."""
+        planned = self._planned
+        if planned is None or (planned[0], planned[1]) != (int(start["version"]), int(end["version"])):
+            return None
+        return iter(planned[2])
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, VersionRows)
@@ -381,6 +569,7 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         """Spark finished the batches up to ``end``: their lease goes (the next plan takes a new one)."""
         self._release_done(int(end["version"]))
+        self._planned = None
         if self._follower is not None:
             self._follower.forget(int(end["version"]))
 
@@ -389,6 +578,18 @@ class VersionStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._follower is not None:
             self._follower.close()
             self._follower = None
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(key: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` at ``level`` the first time for ``key`` in this process, at DEBUG after."""
+    with _warned_lock:
+        first = key not in _warned
+        _warned.add(key)
+    log.log(level if first else logging.DEBUG, message, *args)
 
 
 _leasing_readers: weakref.WeakSet[VersionStreamReader] = weakref.WeakSet()
