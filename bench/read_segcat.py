@@ -41,6 +41,15 @@ from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.producers.writer import TableWriter
 
+try:  # the lean reader path (Redis key-frame format 2); absent in trees before it
+    from segcat.catalog.storage import delta_arrow
+    from segcat.catalog.storage.delta_arrow import EncodedCommit
+    from segcat.catalog.storage.redis.store import keyframe_digest
+
+    LEAN = True
+except ImportError:  # pragma: no cover - the before run on an older tree
+    LEAN = False
+
 
 @dataclass
 class Built:
@@ -118,6 +127,8 @@ def build_table(
             "keyframes_written": len(kf_versions),
             "redis_keyframe_version": None if head is None else head.keyframe_version,
             "segments_per_bulk_commit": max(plan),
+            "plan": plan,
+            "versions": versions,
         },
     )
 
@@ -138,13 +149,19 @@ def build_list_table(config: Config, catalog: Catalog, table: str, size: int, si
 # --------------------------------------------------------------------------- open + list
 
 
-def expect(count: int, origin: str | None = None) -> Callable[[tuple[list[str], str]], None]:
-    def check(result: tuple[list[str], str]) -> None:
+ARROW_LISTING = hasattr(Snapshot, "files_arrow")
+"""Whether this segcat lists as Arrow (``Snapshot.files_arrow``); older trees (the before run) do not."""
+
+
+def expect(count: int, *origins: str) -> Callable[[tuple[Any, str]], None]:
+    """A check of a listing: ``count`` files, answered by one of ``origins`` (any when none)."""
+
+    def check(result: tuple[Any, str]) -> None:
         files, got = result
         if len(files) != count:
             raise AssertionError(f"listed {len(files)} files, expected {count}")
-        if origin is not None and got != origin:
-            raise AssertionError(f"answered from {got!r}, expected {origin!r}")
+        if origins and got not in origins:
+            raise AssertionError(f"answered from {got!r}, expected one of {origins!r}")
 
     return check
 
@@ -155,11 +172,15 @@ def list_files(
     sources: tuple[str, ...] | None = None,
     *,
     stale_ok: bool = False,
-) -> tuple[list[str], str]:
+    arrow: bool = False,
+) -> tuple[Any, str]:
+    """Open + list: ``snapshot()`` then ``files()`` (``arrow``: ``files_arrow()`` where segcat has it)."""
     if sources is None:
         snap = table.snapshot(version, stale_ok=stale_ok)
     else:
         snap = table.snapshot(version, sources=sources)
+    if arrow and ARROW_LISTING:
+        return snap.files_arrow(), snap.origin  # type: ignore[attr-defined]
     return snap.files(), snap.origin
 
 
@@ -168,7 +189,10 @@ def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str,
     table = catalog.table(built.name)
     kf = built.newest_keyframe
     assert kf is not None
-    kf_live = built.live - sizes.tail_commits  # the tail commits come after the key frame
+    # live at the newest key frame: the bulk, and any tail commit a frame was cut after (a
+    # materializer may also cut one by segments pending or at the end of a catch-up)
+    plan, versions = built.details["plan"], built.details["versions"]
+    kf_live = sum(n for n, v in zip(plan, versions, strict=True) if v <= kf)
     slow = built.live >= 100_000
 
     def cell(
@@ -180,9 +204,15 @@ def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str,
 
     out: dict[str, Any] = {"table": built.to_json()}
     out["redis"] = cell(
+        lambda: list_files(table, arrow=True),
+        expect(built.live, "redis"),
+        "the head as of the log's end: Redis + one watermark request; "
+        + ("files_arrow()" if ARROW_LISTING else "files() (no Arrow listing in this tree)"),
+    )
+    out["redis_files_list"] = cell(
         lambda: list_files(table),
         expect(built.live, "redis"),
-        "the head as of the log's end: Redis + one watermark request",
+        "the same with files(): a Python list of str",
     )
     out["redis_stale_ok"] = cell(
         lambda: list_files(table, stale_ok=True),
@@ -197,7 +227,7 @@ def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str,
     out["object_store"]["details"].update(version=kf, live_segments=kf_live)
     out["object_store_kafka_tail"] = cell(
         lambda: list_files(table, None, ("object-store", "kafka")),
-        expect(built.live, "object-store+kafka"),
+        expect(built.live, "object-store+kafka", "object-store"),  # no tail when a frame is the head
         f"key frame Parquet + Kafka tail of {sizes.tail_commits} records (head)",
     )
     out["kafka"] = cell(
@@ -216,8 +246,8 @@ def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str,
 
 REDIS_STEPS = (
     "redis_hget_keyframe_only",
-    "redis_load_incl_sha256",
-    "sha256_of_value",
+    "redis_load_incl_checksum",
+    "checksum_of_value",
     "from_ipc",
     "keyframe_checksum_not_in_chain",
     "decode_deltas",
@@ -242,19 +272,31 @@ def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
         marks.append(time.perf_counter_ns())
         assert isinstance(raw, bytes) and loaded.keyframe is not None and loaded.head is not None
         size = len(raw)
-        hashlib.sha256(loaded.keyframe).hexdigest()
+        if LEAN:  # the check load() ran: CRC-32 since Redis key-frame format 2
+            keyframe_digest(loaded.keyframe)
+        else:
+            hashlib.sha256(loaded.keyframe).hexdigest()
         marks.append(time.perf_counter_ns())
         frame = keyframe.from_ipc(loaded.keyframe, verified_bytes=True)  # as lookup.from_redis calls it
         marks.append(time.perf_counter_ns())
-        keyframe.verify(frame.table)
+        if "segment_avro" in frame.table.column_names:
+            keyframe.verify(frame.table)
         marks.append(time.perf_counter_ns())
-        commits = [
-            CommitDelta(d.version, d.timestamp_ms, codec.decode_commit(d.value)) for d in loaded.deltas
-        ]
+        if LEAN:
+            encoded = [EncodedCommit(d.version, d.timestamp_ms, d.value) for d in loaded.deltas]
+            commits: list[Any] = [delta_arrow.decode(c) for c in encoded]
+            marks.append(time.perf_counter_ns())
+            start = FrameView.from_keyframe(frame, lean=True)  # type: ignore[call-arg]
+            view = start.apply_decoded(commits, offset=max(loaded.head.offset, frame.version))
+        else:
+            commits = [
+                CommitDelta(d.version, d.timestamp_ms, codec.decode_commit(d.value)) for d in loaded.deltas
+            ]
+            marks.append(time.perf_counter_ns())
+            reach = max(loaded.head.offset, frame.version)
+            view = FrameView.from_keyframe(frame).apply(commits, offset=reach)
         marks.append(time.perf_counter_ns())
-        view = FrameView.from_keyframe(frame).apply(commits, offset=max(loaded.head.offset, frame.version))
-        marks.append(time.perf_counter_ns())
-        listed = Snapshot(view, table.root, origin="redis").files()
+        listed = Snapshot(view, table.root, origin="redis").files()  # the Python list, as before
         marks.append(time.perf_counter_ns())
         assert len(listed) == view.live_count
         deltas = len(commits)
@@ -278,12 +320,29 @@ def measure_time_travel(
     timing = measure(
         lambda: list_files(table, mid), reps=reps, fast_reps=fast_reps, check=expect(expected, "object-store")
     )
+    after = [v for v in files.keyframe_versions() if v > mid]
+    before = at_most[-1] if at_most else None
+    if LEAN:
+        chain_text = (
+            "the chain reads the Redis key frame's version (one `HGET`), finds it newer than the version "
+            "asked and answers from object storage: only APPENDs lie between the version and the next key "
+            f"frame ({after[0] if after else None}), so that frame less the rows added after the version "
+            "answers (the commit archive read for its operation column; no commit decoded)."
+        )
+    else:
+        chain_text = (
+            "the chain first loads the Redis key frame (head), finds it newer than the version asked and "
+            f"falls through to object storage: key frame at version {before} + "
+            f"{mid - before if before is not None else mid} commits from the commit archive."
+        )
     timing.details = {
         "version": mid,
         "live_segments": expected,
-        "keyframe_used": at_most[-1] if at_most else None,
-        "commits_from_archives": mid - at_most[-1] if at_most else mid,
+        "keyframe_used": before,
+        "next_keyframe": after[0] if after else None,
+        "commits_from_archives": mid - before if before is not None else mid,
         "chain": "default (redis → object-store → kafka); Redis declines (its key frame is newer)",
+        "chain_text": chain_text,
     }
     return {"segcat": timing.to_json(), "table": built.to_json()}
 
@@ -460,3 +519,57 @@ def drop_tables(config: Config, catalog: Catalog, tables: list[str]) -> None:
             admin.delete(table_name(table))
         except Exception as exc:  # cleanup is best effort
             print(f"could not drop {table}: {exc}")
+
+
+# --------------------------------------------------------------------------- bulk load
+
+
+BULK_MOMENTS_S = (3.0, 20.0, 40.0, 70.0)
+"""When, after the bulk load's last commit, open + list is timed: before the periodic key frame
+(T = 60 s by default) and after it."""
+
+
+def measure_bulk_load(
+    config: Config, catalog: Catalog, table: str, commits: int, per_commit: int, reps: int
+) -> dict[str, Any]:
+    """``commits`` × ``per_commit`` segments appended with a default-settings materializer running,
+    then open + list timed at ``BULK_MOMENTS_S`` after the last commit (Redis head, default chain)."""
+    catalog.create_table(table)
+    assert catalog.redis is not None
+    live = commits * per_commit
+    moments: list[dict[str, Any]] = []
+    with materializer_process(materializer_config(config), table):
+        (result,) = write_in_processes(config, table, [("b", [per_commit] * commits)])
+        done = time.perf_counter()
+        versions: list[int] = result["versions"]
+        handle = catalog.table(table)
+        for moment in BULK_MOMENTS_S:
+            time.sleep(max(0.0, done + moment - time.perf_counter()))
+            started = time.perf_counter() - done
+            head = catalog.redis.head(table)
+            arrow = measure(lambda: list_files(handle, arrow=True), reps=reps, check=expect(live))
+            listed = measure(lambda: list_files(handle), reps=reps, check=expect(live))
+            after = catalog.redis.head(table)
+            moments.append(
+                {
+                    "at_s": moment,
+                    "started_s": round(started, 2),
+                    "ended_s": round(time.perf_counter() - done, 2),
+                    "redis_keyframe_version": None if head is None else head.keyframe_version,
+                    "redis_keyframe_version_after": None if after is None else after.keyframe_version,
+                    "redis_head_version": None if head is None else head.version,
+                    "origin": list_files(handle)[1],
+                    "open_list": arrow.to_json(),
+                    "open_list_files": listed.to_json(),
+                }
+            )
+    return {
+        "commits": commits,
+        "per_commit": per_commit,
+        "live": live,
+        "last_version": versions[-1],
+        "writer_s": round(result["seconds"], 1),
+        "listing": "files_arrow()" if ARROW_LISTING else "files() (no Arrow listing in this tree)",
+        "materializer": "default settings (K = 1,000 commits, T = 60 s, D = 8 MiB)",
+        "moments": moments,
+    }

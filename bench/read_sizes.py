@@ -31,6 +31,9 @@ class Sizes:
     """Repetitions for cells where one call takes under ``runner.FAST_MS``."""
     slow_budget_s: float
     """Time budget of one slow cell; it gets fewer repetitions when one call is this slow."""
+    bulk_commits: int = 50
+    bulk_per_commit: int = 1_000
+    """The bulk load: commits × segments each, read before the periodic key frame."""
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "per_commit": {str(k): v for k, v in self.per_commit.items()}}
@@ -68,4 +71,6 @@ QUICK = Sizes(
     reps=3,
     fast_reps=3,
     slow_budget_s=20.0,
+    bulk_commits=5,
+    bulk_per_commit=100,
 )

@@ -105,8 +105,18 @@ def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int =
     name = table.name.qualified
     raw = redis.client.hget(keys.keyframe_key(name), "data")
     assert isinstance(raw, bytes)
-    frame = keyframe.from_ipc(raw)
-    rows = frame.table
+    stored = keyframe.from_ipc(raw, verified_bytes=True)  # lean since Redis key-frame format 2
+    if "segment_avro" in stored.table.column_names:
+        rows = stored.table
+    else:  # the whole frame, for the variants that carry segment_avro: its Parquet copy
+        assert table.files is not None
+        try:
+            rows = table.files.read_keyframe(stored.version).table
+        except FileNotFoundError:  # a frame Redis got from a rebuild only: the newest whole one
+            newest = table.files.newest_valid_keyframe()
+            assert newest is not None
+            rows = newest.table
+    frame = keyframe.verify(rows)
     slim = rows.drop_columns(["segment_avro"])
     raw_get = RawGet(config)
     key = f"{BENCH_KEY_PREFIX}:{name}:whatif"
@@ -114,6 +124,7 @@ def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int =
     try:
         for label, source, compression in (
             ("as stored in Redis", None, None),
+            ("whole frame, lz4 (Redis format 1)", rows, "lz4"),
             ("uncompressed", rows, None),
             ("zstd", rows, "zstd"),
             ("without segment_avro, uncompressed", slim, None),
@@ -146,6 +157,9 @@ def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int =
     root = table.root.rstrip("/")
 
     def arrow_only() -> pa.ChunkedArray:
+        if hasattr(snap, "files_arrow"):  # segcat's own Arrow listing, where this tree has it
+            listed: pa.ChunkedArray = snap.files_arrow()
+            return listed
         joined = pc.binary_join_element_wise(pa.scalar(root), paths, "/")
         return pc.if_else(pc.match_substring(paths, "://"), paths, joined)
 

@@ -97,7 +97,7 @@ def test_frame_plus_deltas_equals_replay(seed: int) -> None:
         if delta is not None:  # the same delta the in-memory image applied
             accepted.append(delta)
         if offset == cut:
-            frame = keyframe.from_ipc(keyframe.to_ipc(keyframe.build(state)))
+            frame = keyframe.from_parquet(keyframe.to_parquet(keyframe.build(state)))
             frames[offset_v] = (FrameView.from_keyframe(frame), state.copy())
     ((cut_v, (frame_view, _)),) = frames.items()
     caught_up = frame_view.apply(accepted, offset=state.version)

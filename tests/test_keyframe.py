@@ -26,6 +26,7 @@ from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from tests.factories import segment
+from tests.keyframe_support import ipc_format1
 
 
 def _state() -> TableState:
@@ -72,17 +73,44 @@ def _state() -> TableState:
     return state
 
 
-def test_parquet_and_ipc_round_trips_are_lossless() -> None:
+def test_parquet_and_format1_ipc_round_trips_are_lossless() -> None:
     state = _state()
     table = keyframe.build(state)
     for data, load in (
         (keyframe.to_parquet(table), keyframe.from_parquet),
-        (keyframe.to_ipc(table), keyframe.from_ipc),
+        (ipc_format1(table), keyframe.from_ipc),
     ):
         frame = load(data)
         assert frame.version == 11
         assert frame.state() == state
         assert frame.table.column("segment_id").to_pylist() == ["b", "c", "rich"]
+
+
+def test_the_redis_copy_is_lean_and_carries_what_readers_use() -> None:
+    state = _state()
+    table = keyframe.build(state)
+    data = keyframe.to_ipc(table)
+    assert len(data) < len(ipc_format1(table))
+    frame = keyframe.from_ipc(data, verified_bytes=True)
+    assert frame.lean and "segment_avro" not in frame.table.column_names
+    assert frame.table.schema.metadata[keyframe.REDIS_FORMAT_KEY] == b"2"
+    assert frame.table.replace_schema_metadata(None) == table.drop_columns(
+        ["segment_avro"]
+    ).replace_schema_metadata(None)
+    assert frame.meta == keyframe.from_parquet(keyframe.to_parquet(table)).meta
+    assert keyframe.light_state(frame) == keyframe.light_state(keyframe.verify(table))
+    with pytest.raises(ValueError, match="lean"):
+        frame.state()
+    with pytest.raises(CorruptKeyFrame, match="verified"):
+        keyframe.from_ipc(data)  # no content checksum of its own: only with the store's check
+
+
+def test_an_unknown_redis_format_is_refused() -> None:
+    table = keyframe.build(_state())
+    lean = keyframe.from_ipc(keyframe.to_ipc(table), verified_bytes=True).table
+    future = lean.replace_schema_metadata({**lean.schema.metadata, keyframe.REDIS_FORMAT_KEY: b"3"})
+    with pytest.raises(CorruptKeyFrame, match="format"):
+        keyframe.from_ipc(ipc_format1(future), verified_bytes=True)
 
 
 def test_a_replay_from_a_key_frame_decides_like_a_replay_from_zero() -> None:
@@ -124,7 +152,7 @@ def test_truncated_key_frames_are_detected(keep: float) -> None:
     table = keyframe.build(_state())
     for data, load in (
         (keyframe.to_parquet(table), keyframe.from_parquet),
-        (keyframe.to_ipc(table), keyframe.from_ipc),
+        (ipc_format1(table), keyframe.from_ipc),
     ):
         with pytest.raises(CorruptKeyFrame):
             load(data[: int(len(data) * keep)])
@@ -138,9 +166,9 @@ def test_tampered_content_with_valid_encoding_fails_the_checksum() -> None:
         table.schema.get_field_index("segment_avro"), "segment_avro", pa.array(column)
     )
     with pytest.raises(CorruptKeyFrame, match="checksum"):
-        keyframe.from_ipc(keyframe.to_ipc(tampered.replace_schema_metadata(table.schema.metadata)))
+        keyframe.from_ipc(ipc_format1(tampered.replace_schema_metadata(table.schema.metadata)))
     with pytest.raises(CorruptKeyFrame, match="not a segcat key frame"):
-        keyframe.from_ipc(keyframe.to_ipc(pa.table({"x": [1]})))
+        keyframe.from_ipc(ipc_format1(pa.table({"x": [1]})))
 
 
 # ---------------------------------------------------------------------- older formats

@@ -14,6 +14,7 @@ import pytest
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
 from segcat.catalog.storage.redis import Head, RedisStore, StreamEntry, VersionEvent, chain_is_complete, keys
+from tests.keyframe_support import sha256_digest
 
 pytestmark = pytest.mark.redis
 
@@ -247,14 +248,44 @@ def test_keyframe_cas_and_checksum(store: RedisStore, table: str) -> None:
     assert store.put_keyframe(table, 11, frame + b"!")
     assert store.keyframe(table) == (11, frame + b"!")
 
+    assert store.client.hget(keys.keyframe_key(table), "sha256").startswith(b"crc32:")
     store.client.hset(keys.keyframe_key(table), "data", b"tampered" + frame)
-    with pytest.raises(CorruptKeyFrame, match="sha256"):
+    with pytest.raises(CorruptKeyFrame, match="checksum"):
         store.keyframe(table)
     with pytest.raises(CorruptKeyFrame):
         store.load(table)
     store.client.hdel(keys.keyframe_key(table), "sha256")
     with pytest.raises(CorruptKeyFrame, match="incomplete"):
         store.keyframe(table)
+
+
+def test_a_format1_value_with_its_sha256_still_verifies(store: RedisStore, table: str) -> None:
+    """Values written before Redis key-frame format 2 carry a SHA-256: still read, still checked."""
+    frame = bytes(range(256)) * 40
+    store.client.hset(
+        keys.keyframe_key(table), mapping={"version": 7, "sha256": sha256_digest(frame), "data": frame}
+    )
+    assert store.keyframe(table) == (7, frame)
+    store.client.hset(keys.keyframe_key(table), "data", frame[:-1] + bytes([frame[-1] ^ 1]))
+    with pytest.raises(CorruptKeyFrame, match="checksum"):
+        store.keyframe(table)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_torn_or_flipped_bytes_fail_the_crc(store: RedisStore, table: str, damage: str) -> None:
+    frame = random.Random(3).randbytes(50_000)
+    assert store.put_keyframe(table, 3, frame)
+    rng = random.Random(damage)
+    for _ in range(50):
+        at = rng.randrange(len(frame))
+        bad = (
+            frame[:at]
+            if damage == "truncate"
+            else frame[:at] + bytes([frame[at] ^ (1 << rng.randrange(8))]) + frame[at + 1 :]
+        )
+        store.client.hset(keys.keyframe_key(table), "data", bad)
+        with pytest.raises(CorruptKeyFrame):
+            store.keyframe(table)
 
 
 # ----------------------------------------------------------------------------- pub/sub

@@ -1,11 +1,16 @@
 """A table at one version: the live segments and everything else a reader needs.
 
 One head, the Arrow frame (a key frame plus deltas, or a replayed image turned into one),
-whichever source answered: readers list, prune and diff on its columns.
+whichever source answered: readers list, prune and diff on its columns. Listing stays in
+Arrow (``segments``, ``files_arrow``); Python objects are built only on request (``files``,
+``segment_list``), and a lean frame (no ``segment_avro``) reads them from a full view of the
+same version, which the table supplies.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -19,6 +24,9 @@ from segcat.catalog.protocol.model import BloomFilter, Protocol, Segment, Tombst
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
+
+_URI_MARK = re.compile(b"://")
+"""What makes a segment path an absolute URI candidate (searched in a chunk's bytes at once)."""
 
 
 @dataclass(frozen=True)
@@ -42,8 +50,12 @@ class Snapshot:
         origin: str = "kafka",
         note: str | None = None,
         behind: int | None = 0,
+        full_view: Callable[[int], FrameView] | None = None,
     ) -> None:
         self._view = frame if isinstance(frame, FrameView) else FrameView.from_state(frame)
+        self._full_view = full_view
+        """A full view (with ``segment_avro``) of the table at a given offset: where a lean
+        frame's ``Segment`` objects come from."""
         self._fallback_root = table_root.rstrip("/")
         self._root = (self.location or table_root).rstrip("/")
         self.origin = origin
@@ -143,11 +155,11 @@ class Snapshot:
 
     def segment_list(self) -> list[Segment]:
         """Every live segment as a ``Segment`` (decoded on demand), ordered by id."""
-        rows = self._view.rows
+        rows = self._avro_rows(self._view.rows)
         if rows.num_rows == 0:
             return []
         rows = rows.sort_by("segment_id")
-        return keyframe.decode_segments(rows.column("segment_avro").to_pylist(), self._view.layout)
+        return keyframe.decode_segments(rows.column("segment_avro").to_pylist(), self._layout)
 
     def segment_page(self, after: str | None, limit: int) -> list[Segment]:
         """Up to ``limit`` live segments with ids after ``after``, ordered by id; only those are decoded."""
@@ -159,24 +171,68 @@ class Snapshot:
         indices = pc.select_k_unstable(
             rows, k=min(limit, rows.num_rows), sort_keys=[("segment_id", "ascending")]
         )
-        page = rows.take(indices).sort_by("segment_id")
-        return keyframe.decode_segments(page.column("segment_avro").to_pylist(), self._view.layout)
+        page = self._avro_rows(rows.take(indices)).sort_by("segment_id")
+        return keyframe.decode_segments(page.column("segment_avro").to_pylist(), self._layout)
 
-    def files(self) -> list[str]:
-        """Absolute paths / URIs of the live segment files (in no particular order).
+    @cached_property
+    def _full(self) -> FrameView:
+        """A full view of this snapshot's offset (lean frames only): the same live segments, lossless."""
+        if self._full_view is None:
+            raise ValueError(f"{self.table} version {self.version}: a lean snapshot without a full view")
+        full = self._full_view(self.offset)
+        if full.version != self.version or full.live_count < self.live_count:
+            raise ValueError(
+                f"{self.table}: the full view at offset {self.offset} holds version {full.version}, "
+                f"{full.live_count} segments; this snapshot {self.version}, {self.live_count}"
+            )
+        return full
 
-        Joined with the table root in one vectorised call: listing a million files stays cheap.
+    @property
+    def _layout(self) -> bytes:
+        return self._full.layout if self._view.lean else self._view.layout
+
+    def _avro_rows(self, rows: pa.Table) -> pa.Table:
+        """``rows`` with their ``segment_avro``: from the frame, or (lean) from the full view."""
+        if "segment_avro" in rows.column_names:
+            return rows
+        if rows.num_rows == 0:
+            return rows.append_column("segment_avro", pa.array([], pa.binary()))
+        full = self._full.rows
+        wanted = rows.column("segment_id")
+        picked = full.filter(pc.is_in(full.column("segment_id"), value_set=wanted))
+        if picked.num_rows != rows.num_rows:
+            raise ValueError(f"{self.table} version {self.version}: the full view lacks live segments")
+        return picked
+
+    def files_arrow(self) -> pa.ChunkedArray:
+        """Absolute paths / URIs of the live segment files as Arrow strings (in no set order).
+
+        No Python object per file: listing a million files costs what moving their bytes costs.
+        ``files()`` is this as a list. Relative paths get the table root put in front in one
+        vectorised call; a chunk whose bytes hold no ``://`` at all has no absolute URI to check.
         """
-        paths = self.segments.column("path")
+        prefix = f"{self._root}/"
+        chunks = [self._absolute(chunk, prefix) for chunk in self.segments.column("path").chunks]
+        return pa.chunked_array(chunks, pa.string())
+
+    def _absolute(self, paths: pa.StringArray, prefix: str) -> pa.Array:
         if len(paths) == 0:
-            return []
-        joined = pc.binary_join_element_wise(pa.scalar(self._root), paths, "/")
+            return paths
+        data = paths.buffers()[2]
+        joined = pc.utf8_replace_slice(paths, start=0, stop=0, replacement=prefix)
+        if data is None or _URI_MARK.search(memoryview(data)) is None:
+            return joined
         absolute = pc.match_substring(paths, "://")
         if pc.any(absolute).as_py():
             for path in pc.filter(paths, absolute).to_pylist():
                 self.resolve(path)  # refuses files outside the table's locations
             joined = pc.if_else(absolute, paths, joined)
-        out: list[str] = joined.to_pylist()
+        return joined
+
+    def files(self) -> list[str]:
+        """Absolute paths / URIs of the live segment files (in no particular order): ``files_arrow()``
+        as Python strings (a million of them cost more than the rest of an open + list)."""
+        out: list[str] = self.files_arrow().to_pylist()
         return out
 
     def resolve(self, path: str) -> str:
@@ -226,7 +282,7 @@ class Snapshot:
             live_rows=pc.sum(rows.column("row_count")).as_py() or 0,
             live_bytes=pc.sum(rows.column("size_bytes")).as_py() or 0,
         )
-        return Snapshot(view, self._fallback_root, origin=self.origin)
+        return Snapshot(view, self._fallback_root, origin=self.origin, full_view=self._full_view)
 
     def diff(self, other: Snapshot) -> SnapshotDiff:
         """Segments to load (in ``other``, not here) and to unload (here, not in ``other``)."""
@@ -241,4 +297,7 @@ class Snapshot:
         rows = self._view.rows
         wanted = pa.array(sorted(ids), pa.string())
         picked = replace(self._view, rows=rows.filter(pc.is_in(rows.column("segment_id"), value_set=wanted)))
-        return tuple(Snapshot(picked, self._fallback_root).segment_list())
+        narrowed = Snapshot(picked, self._fallback_root, full_view=self._full_view)
+        if self._view.lean:
+            narrowed.__dict__["_full"] = self._full  # one full view per snapshot, however often asked
+        return tuple(narrowed.segment_list())

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -30,6 +31,7 @@ from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
 from segcat.catalog.protocol import lifecycle, locations, versions
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
@@ -272,26 +274,51 @@ class Table:
             if bound < 0:
                 empty = FrameView.from_state(TableState(self.name.qualified))
                 return self._snapshot(empty, "kafka", resolved, include_dropped)
+        answer = self._lookup(bound, sources, listener, lean=True, version=version, resolved=resolved)
+        return self._snapshot(answer.frame, answer.origin, resolved, include_dropped, answer)
+
+    def _lookup(
+        self,
+        bound: int,
+        sources: tuple[str, ...],
+        listener: Listener | None,
+        *,
+        lean: bool,
+        version: int | None = None,
+        resolved: Resolved | None = None,
+    ) -> Answer:
+        """The view at offset ``bound`` through the chain, and how it was found. ``lean``: without
+        ``segment_avro`` (listing); otherwise a full view (``Segment`` objects come from it)."""
         found: lookup.Found | None = None
-        if "redis" in sources and self.redis is not None:
-            found = lookup.from_redis(self.redis, self.name.qualified, bound)
+        if lean and "redis" in sources and self.redis is not None:
+            probe = resolved is None or bound < resolved.log_end  # a version, not the log's end
+            found = lookup.from_redis(self.redis, self.name.qualified, bound, probe=probe)
+        if found is None and lean and "object-store" in sources and self.files is not None:
+            found = lookup.from_next_keyframe(self.files, bound)
         if found is None and "object-store" in sources and self.files is not None:
-            found = lookup.from_object_store(self.files, bound)
+            found = lookup.from_object_store(self.files, bound, lean=lean)
         if found is not None and found.frame.offset >= bound:
-            return self._snapshot(found.frame, found.origin, resolved, include_dropped)
+            return Answer(found.frame, found.origin, found)
         if resolved is None:
-            resolved = self.resolve_version(version)  # VersionNotFound past the log's end
+            self.resolve_version(version if version is not None else bound)  # VersionNotFound past the end
         if "kafka" not in sources:
             raise VersionNotFound(f"no source among {sources} reaches version {bound} of {self.name}")
         if found is None:
             replayed = self.state(bound, listener=listener)
-            return self._snapshot(FrameView.from_state(replayed), "kafka", resolved, include_dropped)
+            return Answer(FrameView.from_state(replayed), "kafka")
         image = lookup.judging_image(found, self.name.qualified)
         tail, last = lookup.kafka_tail(self.config, self.name, image, found.frame.offset, bound)
         frame = found.frame.apply(tail, offset=max(last, found.frame.offset))
-        return self._snapshot(
-            frame, found.origin if not tail else f"{found.origin}+kafka", resolved, include_dropped
-        )
+        return Answer(frame, found.origin if not tail else f"{found.origin}+kafka", found, tuple(tail))
+
+    def _full_view(self, answer: Answer, offset: int) -> FrameView:
+        """The table at ``offset`` with every segment's Avro: rebuilt from what answered the lean
+        view (its key frame's Parquet copy and the same commits), else object storage, then Kafka."""
+        if answer.found is not None:
+            rebuilt = lookup.full_view(answer.found, answer.tail, self.files, offset)
+            if rebuilt is not None and rebuilt.offset == offset:
+                return rebuilt
+        return self._lookup(offset, ("object-store", "kafka"), None, lean=False).frame
 
     def _expired(self, version: int) -> VersionExpired | None:
         """``VersionExpired`` naming the oldest readable version, when ``version`` is older than it."""
@@ -310,14 +337,22 @@ class Table:
         )
 
     def _snapshot(
-        self, frame: FrameView, origin: str, resolved: Resolved | None, include_dropped: bool
+        self,
+        frame: FrameView,
+        origin: str,
+        resolved: Resolved | None,
+        include_dropped: bool,
+        answer: Answer | None = None,
     ) -> Snapshot:
         if not include_dropped and lifecycle.is_dropped(frame.protocol, dict(frame.properties)):
             raise TableDropped(
                 f"table {self.name} is dropped; `segcat table undrop {self.name}` brings it back"
             )
         note = resolved.note if resolved is not None else None
-        return Snapshot(frame, self.root, origin=origin, note=note, behind=0)
+        found = answer or Answer(frame, origin)
+        return Snapshot(
+            frame, self.root, origin=origin, note=note, behind=0, full_view=partial(self._full_view, found)
+        )
 
     def _materialized_head(self) -> Snapshot | None:
         """Redis' head as it is, with how far it trails the log (None: Redis cannot answer)."""
@@ -329,7 +364,8 @@ class Table:
             behind: int | None = max(self.log_end() - found.frame.offset, 0)
         except ServiceUnavailable:
             behind = None
-        return Snapshot(found.frame, self.root, origin=found.origin, behind=behind)
+        answer = partial(self._full_view, Answer(found.frame, found.origin, found))
+        return Snapshot(found.frame, self.root, origin=found.origin, behind=behind, full_view=answer)
 
     def protocol(self) -> Protocol:
         """The protocol (rules version and features) the log is at now."""
@@ -525,6 +561,17 @@ class Table:
     def diff(self, from_version: int, to_version: int) -> SnapshotDiff:
         """Segments to load and unload between two versions (both must exist)."""
         return self.snapshot(from_version).diff(self.snapshot(to_version))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A view from the lookup chain and how it was found (what its full view is rebuilt from)."""
+
+    frame: FrameView
+    origin: str
+    found: lookup.Found | None = None
+    tail: tuple[CommitDelta, ...] = ()
+    """The accepted commits judged from Kafka after ``found``."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,13 @@ Applying a batch of deltas is one ``is_in`` filter and one concat, so catching a
 up over thousands of deltas stays vectorised. The same ``CommitDelta`` the in-memory image
 applies is applied here (the Redis stream and the commit archives hold accepted commits
 only); judging raw records is the rules' job, never this module's. The materializer keeps
-its key frames' rows in this form; readers list and prune on it.
+its key frames' rows in this form, with ``segment_avro`` (what it seals key frames with).
+
+Readers keep *lean* views: the wide columns only. ``segment_avro`` is lossless but no
+reader lists or prunes on it, and building it for the segments of the deltas meant
+re-encoding each one to Avro; a lean view applies record bytes straight into Arrow
+(``apply_encoded``, ``delta_arrow``) and whoever needs ``Segment`` objects reads them from
+a full view of the same version (``Snapshot.segment_list``).
 """
 
 from __future__ import annotations
@@ -19,15 +25,19 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.delta import CommitDelta, apply_properties
 from segcat.catalog.protocol.model import ColumnType, Protocol, Tombstone
 from segcat.catalog.protocol.state import LiveSegment, TableState
-from segcat.catalog.storage import keyframe
+from segcat.catalog.storage import delta_arrow, keyframe
+from segcat.catalog.storage.delta_arrow import EncodedCommit
 from segcat.catalog.storage.keyframe import KeyFrame
+from segcat.catalog.storage.segments_arrow import segments_table
+
+AVRO_COLUMN = "segment_avro"
 
 
 @dataclass(frozen=True)
 class FrameView:
     table: str
     rows: pa.Table
-    """Wide reader columns + ``segment_avro``; one row per live segment, in no set order."""
+    """Wide reader columns (+ ``segment_avro`` unless lean); one row per live segment, in no set order."""
     offset: int
     """The last log offset this view covers (≥ ``version``)."""
     version: int
@@ -45,12 +55,22 @@ class FrameView:
     """The commit layout ``segment_avro`` is written in (older key frames: an older one)."""
 
     @classmethod
-    def from_keyframe(cls, frame: KeyFrame) -> FrameView:
-        return cls.of(keyframe.header(frame), frame.table.replace_schema_metadata(None), frame.layout)
+    def from_keyframe(cls, frame: KeyFrame, *, lean: bool = False) -> FrameView:
+        """The view of ``frame``; ``lean`` drops ``segment_avro`` (readers: a lean Redis copy has none)."""
+        rows = frame.table.replace_schema_metadata(None)
+        if lean and AVRO_COLUMN in rows.column_names:
+            rows = rows.drop_columns([AVRO_COLUMN])
+        elif not lean and AVRO_COLUMN not in rows.column_names:
+            raise ValueError("a lean key frame (the Redis copy) cannot make a full view")
+        return cls.of(keyframe.header(frame), rows, frame.layout)
 
     @classmethod
-    def from_state(cls, state: TableState) -> FrameView:
-        rows = keyframe.segment_rows(state.segments.values(), state.stats_types())
+    def from_state(cls, state: TableState, *, lean: bool = False) -> FrameView:
+        """The view of an in-memory image; ``lean``: without ``segment_avro`` (nothing re-encoded)."""
+        if lean:
+            rows = segments_table(state.segments.values(), state.stats_types())
+        else:
+            rows = keyframe.segment_rows(state.segments.values(), state.stats_types())
         return cls.of(state, rows, codec.current_fingerprint())
 
     @classmethod
@@ -76,19 +96,92 @@ class FrameView:
     def live_count(self) -> int:
         return int(self.rows.num_rows)
 
+    @property
+    def lean(self) -> bool:
+        """Whether the rows lack ``segment_avro`` (a reader's view)."""
+        return AVRO_COLUMN not in self.rows.column_names
+
+    def before_appends(
+        self,
+        bound: int,
+        version: int,
+        timestamp_ms: int,
+        column_versions: Mapping[str, tuple[ColumnType, int]],
+    ) -> FrameView:
+        """This view as it was at offset ``bound``, when every accepted commit after ``bound`` that
+        it covers was an APPEND of protocol ≥ 2 (adds only: no drops, tombstones, properties,
+        schema or protocol). The rows added after ``bound`` leave, and so do the stats columns
+        first typed after it (``column_versions``: each column's type and the version that fixed
+        it); ``version`` / ``timestamp_ms`` are those of the last accepted commit ≤ ``bound``.
+        """
+        if not version <= bound < self.offset:
+            raise ValueError(f"version {version} and bound {bound} do not lie before offset {self.offset}")
+        late = {c for c, (_, fixed) in column_versions.items() if fixed > bound}
+        rows = self.rows.filter(pc.less_equal(self.rows.column("added_version"), bound))
+        stale = [n for n in rows.column_names if n.split(":", 1)[-1] in late and ":" in n]
+        if stale:
+            rows = rows.drop_columns(stale)
+        return replace(
+            self,
+            rows=rows,
+            offset=bound,
+            version=version,
+            timestamp_ms=timestamp_ms,
+            live_rows=_total(rows.column("row_count")),
+            live_bytes=_total(rows.column("size_bytes")),
+            column_types={c: t for c, (t, fixed) in column_versions.items() if fixed <= bound},
+        )
+
+    def apply_encoded(self, commits: Iterable[EncodedCommit], *, offset: int | None = None) -> FrameView:
+        """``apply`` for accepted commits as the log holds them (Redis stream, commit archives).
+
+        A lean view decodes them straight into Arrow rows (``delta_arrow``): no ``Segment``
+        objects, no Avro re-encoding. ``DecodeError`` when a record does not decode.
+        """
+        batch = [c for c in commits if c.version > self.offset]
+        if not self.lean:  # a full view keeps the exact, slower path (it needs the segments' Avro)
+            return self.apply(
+                [CommitDelta(c.version, c.timestamp_ms, codec.decode_commit(c.value)) for c in batch],
+                offset=offset,
+            )
+        return self.apply_decoded([delta_arrow.decode(c) for c in batch], offset=offset)
+
+    def apply_decoded(
+        self, commits: Iterable[delta_arrow.ArrowCommit], *, offset: int | None = None
+    ) -> FrameView:
+        """``apply_encoded`` on commits already decoded by ``delta_arrow.decode`` (lean views only)."""
+        if not self.lean:
+            raise ValueError("a full view applies CommitDelta objects (apply)")
+        batch = [c for c in commits if c.version > self.offset]
+        column_types = dict(self.column_types)
+        pending: dict[str, tuple[int, int]] = {}
+        dropped: set[str] = set()
+        total = 0
+        for ci, commit in enumerate(batch):
+            for drop in commit.delta.dropped:
+                if pending.pop(drop, None) is None:
+                    dropped.add(drop)
+            delta_arrow.note_column_types(commit.adds, column_types)
+            for row, segment_id in enumerate(commit.adds.ids):
+                pending[segment_id] = (ci, row)
+            total += len(commit.adds)
+        added = None
+        if pending:
+            every = len(pending) == total  # no segment dropped or added twice within the batch
+            added = delta_arrow.rows(
+                [(c.adds, c.version) for c in batch],
+                None if every else sorted(pending.values()),
+                column_types,
+            )
+        return self._fold([c.delta for c in batch], dropped, added, column_types, offset)
+
     def apply(self, deltas: Iterable[CommitDelta], *, offset: int | None = None) -> FrameView:
         """This view after ``deltas`` (accepted, in version order, all after ``self.offset``),
         covering the log up to ``offset`` when given (records after the last delta that were
         not accepted)."""
         batch = [d for d in deltas if d.version > self.offset]
-        if not batch:
-            return self if offset is None or offset <= self.offset else replace(self, offset=offset)
         pending: dict[str, LiveSegment] = {}
         dropped: set[str] = set()
-        tombstones = list(self.tombstones)
-        properties = dict(self.properties)
-        schema = self.schema
-        protocol = self.protocol
         column_types = dict(self.column_types)
         for delta in batch:
             for drop in delta.dropped:
@@ -98,6 +191,32 @@ class FrameView:
                 pending[segment.segment_id] = LiveSegment(segment, delta.version)
                 for stats in segment.stats:
                     column_types.setdefault(stats.column, stats.type)
+        added: pa.Table | None = None
+        if pending:
+            added = (
+                segments_table(pending.values(), column_types)
+                if self.lean
+                else keyframe.segment_rows(pending.values(), column_types, self.layout)
+            )
+        return self._fold(batch, dropped, added, column_types, offset)
+
+    def _fold(
+        self,
+        batch: list[CommitDelta],
+        dropped: set[str],
+        added: pa.Table | None,
+        column_types: dict[str, ColumnType],
+        offset: int | None,
+    ) -> FrameView:
+        """The view after ``batch``: the ``dropped`` segments leave the rows, ``added`` (the rows of
+        the segments the batch added and kept) joins them; the rest of each delta is applied."""
+        if not batch:
+            return self if offset is None or offset <= self.offset else replace(self, offset=offset)
+        tombstones = list(self.tombstones)
+        properties = dict(self.properties)
+        schema = self.schema
+        protocol = self.protocol
+        for delta in batch:
             tombstones.extend(delta.tombstones)
             if delta.schema is not None:
                 schema = delta.schema
@@ -109,13 +228,12 @@ class FrameView:
         if dropped:
             hit = pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(dropped), pa.string()))
             gone = rows.filter(hit)
-            live_rows -= pc.sum(gone.column("row_count")).as_py() or 0
-            live_bytes -= pc.sum(gone.column("size_bytes")).as_py() or 0
+            live_rows -= _total(gone.column("row_count"))
+            live_bytes -= _total(gone.column("size_bytes"))
             rows = rows.filter(pc.invert(hit))
-        if pending:
-            added = keyframe.segment_rows(pending.values(), column_types, self.layout)
-            live_rows += sum(item.segment.row_count for item in pending.values())
-            live_bytes += sum(item.segment.size_bytes for item in pending.values())
+        if added is not None and added.num_rows:
+            live_rows += _total(added.column("row_count"))
+            live_bytes += _total(added.column("size_bytes"))
             rows = pa.concat_tables([rows, added], promote_options="permissive") if rows.num_rows else added
         last = batch[-1]
         return FrameView(
@@ -133,3 +251,14 @@ class FrameView:
             column_types=column_types,
             layout=self.layout,
         )
+
+
+def _total(column: pa.ChunkedArray) -> int:
+    """The exact sum of an int64 column: Arrow's (wrapping) sum when no overflow is possible."""
+    if len(column) == 0:
+        return 0
+    bounds = pc.min_max(column)
+    low, high = bounds["min"].as_py() or 0, bounds["max"].as_py() or 0
+    if max(abs(low), abs(high)) * len(column) < 2**63:
+        return int(pc.sum(column).as_py() or 0)
+    return sum(v for v in column.to_pylist() if v is not None)

@@ -6,10 +6,15 @@ of ``segments_arrow`` (what readers list and prune on without decoding anything)
 rest of the state (windows, tombstones, schema, properties, counters) travels as JSON in
 the schema metadata. A SHA-256 over that JSON and the Avro column is stored beside it
 and checked on every load, so a flipped byte or a truncated object is always detected.
+
+The Redis copy (``to_ipc``, Redis key-frame format 2) is *lean*: the wide columns and the
+metadata only, because no reader uses ``segment_avro`` and the materializer recovers from
+object storage, never from Redis. Its bytes are guarded by the store's CRC-32 instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -20,6 +25,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from segcat.catalog.errors import CorruptKeyFrame
 from segcat.catalog.protocol import codec
@@ -38,6 +44,11 @@ _LAYOUT_V2 = bytes.fromhex("dcb115706142297a")
 """The commit layout format-1 key frames encoded their segments with."""
 META_KEY = b"segcat.keyframe"
 CHECKSUM_KEY = b"segcat.checksum"
+REDIS_FORMAT_KEY = b"segcat.redis_format"
+REDIS_FORMAT = 2
+"""The Redis copy's format: 2 = lean (no ``segment_avro``, no content checksum; the store's CRC-32
+guards the bytes). Format 1 values (no ``segcat.redis_format``) are whole key frames and still load."""
+AVRO_COLUMN = "segment_avro"
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ class KeyFrame:
     @property
     def version(self) -> int:
         return int(self.meta["version"])
+
+    @property
+    def lean(self) -> bool:
+        """Whether this is a lean copy (Redis format 2): wide columns only, no lossless segments."""
+        return AVRO_COLUMN not in self.table.column_names
 
     @property
     def layout(self) -> bytes:
@@ -209,7 +225,17 @@ def verify(table: pa.Table) -> KeyFrame:
 
 
 def to_parquet(table: pa.Table) -> bytes:
-    return parquet_objects.to_parquet(table)
+    """The key frame as Parquet: LZ4, no dictionary pages, page checksums.
+
+    Ids and paths are unique, so dictionary pages only cost: without them (and with LZ4 instead
+    of zstd) a 25,000-segment frame reads in ~6 ms instead of ~10 ms, for a ~1.8× larger object.
+    Any Parquet reader reads it; key frames written with other settings load the same.
+    """
+    out = io.BytesIO()
+    pq.write_table(
+        table, out, compression="lz4", use_dictionary=False, write_page_checksum=True, store_schema=True
+    )
+    return out.getvalue()
 
 
 def from_parquet(data: bytes) -> KeyFrame:
@@ -217,7 +243,21 @@ def from_parquet(data: bytes) -> KeyFrame:
 
 
 def to_ipc(table: pa.Table) -> bytes:
-    """Arrow IPC with LZ4-compressed buffers: ~6x smaller, so Redis hands it over in a few ms."""
+    """The Redis copy of a sealed key frame: Arrow IPC, LZ4-compressed, lean (Redis format 2).
+
+    ``segment_avro`` and the content checksum over it are left out (readers never use it; the
+    materializer recovers from object storage): ~40 % fewer bytes to move, hash and decode.
+    """
+    metadata = dict(table.schema.metadata or {})
+    metadata.pop(CHECKSUM_KEY, None)
+    metadata[REDIS_FORMAT_KEY] = str(REDIS_FORMAT).encode()
+    if AVRO_COLUMN in table.column_names:
+        table = table.drop_columns([AVRO_COLUMN])
+    # one record batch: a frame kept up by many small appends has a chunk per append, and each
+    # batch costs a reader ~0.25 ms to decode (200 of them: 50 ms for 1,000 rows)
+    with contextlib.suppress(pa.ArrowInvalid):  # a column past 2 GiB stays chunked
+        table = table.combine_chunks()
+    table = table.replace_schema_metadata(metadata)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
         writer.write_table(table)
@@ -225,23 +265,41 @@ def to_ipc(table: pa.Table) -> bytes:
 
 
 def from_ipc(data: bytes, *, verified_bytes: bool = False) -> KeyFrame:
-    """Decode an IPC key frame. ``verified_bytes``: the caller already checked a digest of these
-    exact bytes (Redis stores a SHA-256 beside them), so the content checksum is not recomputed."""
+    """Decode a Redis key frame: format 2 (lean) or format 1 (a whole key frame).
+
+    ``verified_bytes``: the caller already checked a digest of these exact bytes (the store keeps
+    a CRC-32, or for format 1 a SHA-256, beside them), so a format-1 frame's content checksum is
+    not recomputed. A lean frame has no content checksum: it is only taken with verified bytes.
+    """
     try:
         with pa.ipc.open_stream(pa.BufferReader(data)) as reader:
             table = reader.read_all()
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise CorruptKeyFrame(f"unreadable key frame: {exc}") from exc
+    metadata = table.schema.metadata or {}
+    redis_format = metadata.get(REDIS_FORMAT_KEY)
+    if redis_format is not None:
+        if redis_format != str(REDIS_FORMAT).encode():
+            raise CorruptKeyFrame(f"unsupported Redis key frame format {redis_format!r}; upgrade segcat")
+        if not verified_bytes:
+            raise CorruptKeyFrame("a lean Redis key frame is only trusted with its bytes verified")
+        if AVRO_COLUMN in table.column_names:
+            raise CorruptKeyFrame("a lean Redis key frame must not carry segment_avro")
     if verified_bytes:
-        meta_json = (table.schema.metadata or {}).get(META_KEY)
+        meta_json = metadata.get(META_KEY)
         if meta_json is None:
             raise CorruptKeyFrame("not a segcat key frame (metadata missing)")
-        return KeyFrame(table, json.loads(meta_json))
+        meta = json.loads(meta_json)
+        if meta.get("format_version") not in READABLE_FORMATS:
+            raise CorruptKeyFrame(f"unsupported key frame format {meta.get('format_version')!r}")
+        return KeyFrame(table, meta)
     return verify(table)
 
 
 def state_from_keyframe(frame: KeyFrame) -> TableState:
     """Rebuild the full image (for a materializer or writer to go on applying rules)."""
+    if frame.lean:
+        raise ValueError("a lean key frame (the Redis copy) holds no lossless segments")
     versions = frame.table.column("added_version").to_pylist()
     decoded = decode_segments(frame.table.column("segment_avro").to_pylist(), frame.layout)
     segments = {

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
@@ -96,15 +97,33 @@ def _parse_entry(fields: dict[bytes, bytes]) -> StreamEntry:
     )
 
 
+CRC32_PREFIX = b"crc32:"
+"""A key frame's digest field holds ``crc32:<8 hex>`` (Redis key-frame format 2) or, in values
+written before it, a SHA-256 hex digest (format 1). The threat is torn or flipped bytes, not an
+adversary: a CRC-32 catches those at a third of SHA-256's cost. A reader that knows only SHA-256
+sees a mismatch and falls back: slower, never wrong."""
+
+
+def keyframe_digest(data: bytes) -> str:
+    """The digest ``put_keyframe`` stores beside a key frame's bytes."""
+    return f"{CRC32_PREFIX.decode()}{zlib.crc32(data):08x}"
+
+
+def _digest_matches(data: bytes, digest: bytes) -> bool:
+    if digest.startswith(CRC32_PREFIX):
+        return digest == keyframe_digest(data).encode()
+    return hashlib.sha256(data).hexdigest().encode() == digest
+
+
 def _verify_keyframe(table: TableRef, raw: Sequence[bytes | None]) -> tuple[int, bytes] | None:
     version, digest, data = raw
     if version is None and data is None:
         return None
     if version is None or digest is None or data is None:
         raise CorruptKeyFrame(f"the Redis key frame of {table} is incomplete")
-    if hashlib.sha256(data).hexdigest() != digest.decode():
+    if not _digest_matches(data, digest):
         raise CorruptKeyFrame(
-            f"the Redis key frame of {table} at version {int(version)} fails its sha256 check; "
+            f"the Redis key frame of {table} at version {int(version)} fails its checksum; "
             "fall back to object storage"
         )
     return int(version), data
@@ -421,7 +440,7 @@ class RedisStore:
         With ``trim`` the entries it covers are dropped in the same script, so a reader's MULTI
         read (:meth:`load`) never sees the new key frame without its entries or vice versa.
         """
-        digest = hashlib.sha256(ipc).hexdigest()
+        digest = keyframe_digest(ipc)
         minid = keys.stream_id(version + 1) if trim else ""
         name = table_name(table)
         with self.guarded(f"write key frame {version} of {name}"):
@@ -441,7 +460,8 @@ class RedisStore:
             return None  # unreadable: as good as missing (the materializer rewrites it)
 
     def keyframe(self, table: TableRef) -> tuple[int, bytes] | None:
-        """The newest key frame as (version, Arrow IPC bytes); CorruptKeyFrame if its checksum fails."""
+        """The newest key frame as (version, Arrow IPC bytes); CorruptKeyFrame if its checksum fails
+        (CRC-32, or SHA-256 for a value written before Redis key-frame format 2)."""
         with self.guarded(f"read key frame of {table}"):
             raw = self.client.hmget(keys.keyframe_key(table), ["version", "sha256", "data"])
         return _verify_keyframe(table, raw)
