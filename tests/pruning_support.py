@@ -52,7 +52,8 @@ def snapshots(segments: list[Segment]) -> list[Snapshot]:
     commit = Commit(Commit.new_id(), "ns.t", Operation.APPEND, -1, "w", 0, adds=tuple(segments))
     verdict = rules.apply(state, 0, 0, commit)
     assert verdict.outcome.value == "ACCEPTED", verdict
-    frame = FrameView.from_keyframe(keyframe.from_ipc(keyframe.to_ipc(keyframe.build(state))))
+    stored = keyframe.to_parquet(keyframe.build(state))  # the object-store copy: full, segment_list() works
+    frame = FrameView.from_keyframe(keyframe.from_parquet(stored))
     return [Snapshot(state, "/r"), Snapshot(frame, "/r")]
 
 
