@@ -52,7 +52,10 @@ class Config:
     keyframe_every_seconds: float = 60.0
     """T: ... or when the oldest commit not in a key frame is this old ..."""
     keyframe_every_bytes: int = 8 * 1024 * 1024
-    """D: ... or when the deltas since the last key frame reach this many bytes."""
+    """D: ... or when the deltas since the last key frame reach this many bytes ..."""
+    keyframe_every_segments: int = 10_000
+    """S: ... or when the segments they add reach max(S, live segments / 10), so a reader never
+    applies a long tail of deltas after a bulk load (OPERATIONS.md, "Key frames")."""
     metrics_port: int = 9464
     metrics_addr: str = "127.0.0.1"
     """Where /metrics listens (0.0.0.0 inside a container)."""
@@ -105,6 +108,9 @@ class Config:
             keyframe_every_bytes=src.integer(
                 "SEGCAT_KEYFRAME_EVERY_BYTES", "keyframe_every_bytes", 8 * 1024 * 1024, 1, 2**63 - 1
             ),
+            keyframe_every_segments=src.integer(
+                "SEGCAT_KEYFRAME_EVERY_SEGMENTS", "keyframe_every_segments", 10_000, 1, 2**31 - 1
+            ),
             metrics_port=src.integer("SEGCAT_METRICS_PORT", "metrics_port", 9464, 0, 65535),
             metrics_addr=src.text("SEGCAT_METRICS_ADDR", "metrics_addr", "127.0.0.1"),
         )
@@ -139,6 +145,7 @@ _TOP_KEYS = (
     "keyframe_every_commits",
     "keyframe_every_seconds",
     "keyframe_every_bytes",
+    "keyframe_every_segments",
     "metrics_port",
     "metrics_addr",
 )

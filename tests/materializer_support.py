@@ -105,6 +105,10 @@ def materializer_config(config: Config, redis_url: str, warehouse: Path, every: 
     )
 
 
+_RUNNING: set[Materializer] = set()
+"""Materializers running in this process: ``wait_for_head`` waits for their key-frame writers."""
+
+
 @contextmanager
 def running_materializer(
     config: Config, pattern: str, group: str | None = None, instance_id: str | None = None
@@ -121,10 +125,12 @@ def running_materializer(
     thread = threading.Thread(target=service.run, kwargs={"ready": started.set}, daemon=True)
     thread.start()
     assert started.wait(30)
+    _RUNNING.add(service)
     try:
         yield service
         assert thread.is_alive(), "the materializer stopped on its own"
     finally:
+        _RUNNING.discard(service)
         service.stop.set()
         thread.join(30)
 
@@ -280,6 +286,17 @@ def wait_for_head(store: RedisStore, table: str, offset: int, timeout_s: float =
         except Exception:
             head = None
         if head is not None and head.offset >= offset:
+            # key frames and archives are written in the background, after the head moved:
+            # callers look at object storage next, so wait for the loop's current batch to be
+            # handed over (its next poll began) and for the writer to finish it
+            seen = time.monotonic()
+            for service in list(_RUNNING):
+                while (
+                    service._last_poll <= seen and time.monotonic() < deadline and not service.stop.is_set()
+                ):
+                    time.sleep(0.01)
+                if service.writer is not None:
+                    assert service.writer.drain(timeout_s=max(deadline - time.monotonic(), 1.0))
             return head
         if time.monotonic() > deadline:
             raise AssertionError(f"materializer did not reach offset {offset} of {table} (head {head})")

@@ -155,6 +155,10 @@ def test_corrupt_key_frame_is_detected_skipped_and_rewritten(mconfig: Config) ->
     with running_materializer(mconfig, pattern, f"c1-{ns}"):
         write_load(mconfig, table, 50, 5)
         wait_for_head(store, table, head_offset(mconfig, table))
+        with TableWriter(mconfig, table, writer_id="live") as writer:  # K = 7 live: one more frame
+            for k in range(mconfig.keyframe_every_commits):
+                writer.append([segment(f"live-{k}", "p0")])
+        wait_for_head(store, table, head_offset(mconfig, table))
     files = TableFiles(ObjectStore.from_config(mconfig), TableName.parse(table))
     newest = files.keyframe_versions()[-1]
     path = Path(mconfig.warehouse) / files.keyframe_path(newest)

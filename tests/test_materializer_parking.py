@@ -305,8 +305,11 @@ def test_a_parked_table_releases_nothing_while_parked(
     injector = Injector(monkeypatch, "rules", table, from_offset=3)
     injector.left = 10**6  # poisoned for good from offset 3 on
     with running_materializer(replace(mconfig, keyframe_every_commits=2), pattern) as service:
-        write_load(mconfig, table, 12, 7)
         topic = TableName.parse(table).topic
+        # live records, each published as applied (a backlog found on assignment is published
+        # only once caught up, which the poisoned record prevents)
+        _wait("the table's assignment", lambda: topic in service.tables)
+        write_load(mconfig, table, 12, 7)
 
         def failures() -> int:
             entry = service.parked.get(topic)

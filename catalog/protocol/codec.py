@@ -222,6 +222,18 @@ def decode_commit(value: bytes) -> Commit:
         raise DecodeError(f"undecodable commit body: {type(exc).__name__}: {exc}") from exc
 
 
+_OPERATIONS = {member.value: member for member in Operation}
+_ISOLATIONS = {member.value: member for member in Isolation}
+_COLUMN_TYPES = {member.value: member for member in ColumnType}
+"""Enum members by value: a dict lookup instead of ``Enum(value)`` (8 calls per commit decoded);
+a value not in them still goes through the enum, which raises as it always did."""
+
+
+def _member(members: dict[Any, Any], enum: Any, value: Any) -> Any:
+    found = members.get(value) if isinstance(value, str) else None
+    return enum(value) if found is None else found
+
+
 def commit_from_avro(raw: dict[str, Any]) -> Commit:
     ts = raw["timestamp_ms"]
     if isinstance(ts, dt.datetime):  # layout v1 declared timestamp-millis; fastavro hands a datetime
@@ -230,15 +242,15 @@ def commit_from_avro(raw: dict[str, Any]) -> Commit:
     return Commit(
         commit_id=raw["commit_id"],
         table=raw["table"],
-        operation=Operation(raw["operation"]),
+        operation=_member(_OPERATIONS, Operation, raw["operation"]),
         base_version=raw["base_version"],
         writer_id=raw["writer_id"],
         timestamp_ms=ts,
-        adds=tuple(segment_from_avro(s) for s in raw["adds"]),
+        adds=tuple([segment_from_avro(s) for s in raw["adds"]]),
         drops=tuple(raw["drops"]),
-        tombstones=tuple(Tombstone(t["predicate"]) for t in raw["tombstones"]),
+        tombstones=tuple([Tombstone(t["predicate"]) for t in raw["tombstones"]]),
         replace_scope=tuple(raw["replace_scope"]),
-        isolation=Isolation(raw["isolation"]),
+        isolation=_member(_ISOLATIONS, Isolation, raw["isolation"]),
         properties=raw["properties"],
         table_properties=raw["table_properties"],
         schema=raw["schema"],
@@ -254,26 +266,24 @@ def commit_from_avro(raw: dict[str, Any]) -> Commit:
 def segment_from_avro(raw: dict[str, Any]) -> Segment:
     bloom = raw["bloom"]
     return Segment(
-        segment_id=raw["segment_id"],
-        path=raw["path"],
-        partition=raw["partition"],
-        format=raw["format"],
-        size_bytes=raw["size_bytes"],
-        row_count=raw["row_count"],
-        stats=tuple(
-            ColumnStats(
-                column=s["column"],
-                type=ColumnType(s["type"]),
-                min=stat_from_avro(ColumnType(s["type"]), s["min"]),
-                max=stat_from_avro(ColumnType(s["type"]), s["max"]),
-                null_count=s["null_count"],
-                nan_count=s.get("nan_count"),
-            )
-            for s in raw["stats"]
-        ),
-        bloom=None if bloom is None else BloomFilter(bloom["column"], bloom["num_hashes"], bloom["bits"]),
-        schema=raw["schema"],
+        raw["segment_id"],
+        raw["path"],
+        raw["size_bytes"],
+        raw["row_count"],
+        raw["partition"],
+        raw["format"],
+        tuple([_stats_from_avro(s) for s in raw["stats"]]),
+        None if bloom is None else BloomFilter(bloom["column"], bloom["num_hashes"], bloom["bits"]),
+        raw["schema"],
     )
+
+
+def _stats_from_avro(raw: dict[str, Any]) -> ColumnStats:
+    kind: ColumnType = _member(_COLUMN_TYPES, ColumnType, raw["type"])
+    low, high = raw["min"], raw["max"]
+    if kind is ColumnType.DATE or kind is ColumnType.TIMESTAMP:  # stat_from_avro keeps the others
+        low, high = stat_from_avro(kind, low), stat_from_avro(kind, high)
+    return ColumnStats(raw["column"], kind, low, high, raw["null_count"], raw.get("nan_count"))
 
 
 def stat_from_avro(kind: ColumnType, value: StatValue) -> StatValue:

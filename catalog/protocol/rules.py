@@ -95,6 +95,8 @@ _CONTROL_V2 = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _INT64 = (-(2**63), 2**63 - 1)
+_SUPPORTED: set[Protocol] = set()
+"""Protocols ``versions.check_supported`` passed: checked once, not for every record."""
 _STAT_TYPES: dict[ColumnType, tuple[type, ...]] = {
     ColumnType.INT: (int,),
     ColumnType.FLOAT: (float, int),
@@ -245,13 +247,14 @@ def malformation(
         return f"base_version {commit.base_version} is not in [-1, {offset})"
     if problem := _check_text(commit.writer_id, "writer_id", version=version):
         return problem
-    add_ids = [s.segment_id for s in commit.adds]
-    if len(set(add_ids)) != len(add_ids):
+    add_ids = {s.segment_id for s in commit.adds}
+    if len(add_ids) != len(commit.adds):
         return "the same segment_id is added twice"
-    if len(set(commit.drops)) != len(commit.drops):
-        return "the same segment_id is dropped twice"
-    if set(add_ids) & set(commit.drops):
-        return "a segment is both added and dropped"
+    if commit.drops:  # (no drops: nothing to repeat or to clash with an add)
+        if len(set(commit.drops)) != len(commit.drops):
+            return "the same segment_id is dropped twice"
+        if not add_ids.isdisjoint(commit.drops):
+            return "a segment is both added and dropped"
     for segment in commit.adds:
         if problem := _check_segment(segment, version):
             return problem
@@ -304,8 +307,7 @@ def _protocol_field_malformation(commit: Commit) -> str | None:
 
 def _malformation_v2(commit: Commit) -> str | None:
     """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2")."""
-    paths = [s.path for s in commit.adds]
-    if len(set(paths)) != len(paths):
+    if len({s.path for s in commit.adds}) != len(commit.adds):
         return "two added segments have the same path"
     types: dict[str, ColumnType] = {}
     for segment in commit.adds:
@@ -345,20 +347,23 @@ _V2_FIELDS: dict[Operation, frozenset[str]] = {
 
 
 def _operation_fields_v2(commit: Commit) -> str | None:
-    carried = {
-        name
-        for name, present in (
-            ("adds", commit.adds),
-            ("drops", commit.drops),
-            ("tombstones", commit.tombstones),
-            ("replace_scope", commit.replace_scope),
-            ("table_properties", commit.table_properties),
-            ("schema", commit.schema is not None),
-            ("protocol", commit.protocol is not None),
-        )
-        if present
-    }
-    extra = sorted(carried - _V2_FIELDS[commit.operation])
+    carried = set()
+    if commit.adds:
+        carried.add("adds")
+    if commit.drops:
+        carried.add("drops")
+    if commit.tombstones:
+        carried.add("tombstones")
+    if commit.replace_scope:
+        carried.add("replace_scope")
+    if commit.table_properties:
+        carried.add("table_properties")
+    if commit.schema is not None:
+        carried.add("schema")
+    if commit.protocol is not None:
+        carried.add("protocol")
+    allowed = _V2_FIELDS[commit.operation]
+    extra = [] if carried <= allowed else sorted(carried - allowed)
     if extra:
         return f"{commit.operation.value} may not carry {', '.join(extra)}"
     if commit.operation is Operation.REPLACE and not (commit.adds or commit.drops):
@@ -456,8 +461,11 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
     Raises ``UnsupportedProtocol`` for a well-formed upgrade to a protocol this code does
     not know (and when ``state`` itself is at such a protocol).
     """
-    versions.check_supported(state.protocol, state.table, offset)
-    version = state.protocol.version
+    protocol = state.protocol
+    if protocol not in _SUPPORTED:
+        versions.check_supported(protocol, state.table, offset)
+        _SUPPORTED.add(protocol)  # (a protocol this code judges stays one)
+    version = protocol.version
     cid = commit.commit_id
     original = state.recent_commits.get(cid)
     if original is not None:

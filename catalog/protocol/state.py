@@ -14,7 +14,8 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Any
 
 from segcat.catalog.protocol import lifecycle, locations
@@ -154,18 +155,19 @@ class TableState:
             self.paths.setdefault(path_key(segment.path, location), []).append(segment.segment_id)
             for stats in segment.stats:
                 self.column_types.setdefault(stats.column, (stats.type, version))
-        tombstones = delta.tombstones
-        if tombstones:
-            self.tombstones.extend(tombstones)
+        commit = delta.commit
+        if commit.tombstones:
+            self.tombstones.extend(delta.tombstones)
             self.last_tombstone_version = version
-        if delta.changes_data:
+        if commit.adds or commit.drops or commit.tombstones:  # delta.changes_data
             self.last_data_version = version
-        if delta.schema is not None:
-            self.schema = delta.schema
+        if commit.schema is not None:
+            self.schema = commit.schema
             self.schema_version = version
-        apply_properties(self.properties, delta.table_properties)
-        if delta.protocol is not None:
-            self.protocol = delta.protocol
+        if commit.table_properties:
+            apply_properties(self.properties, commit.table_properties)
+        if commit.protocol is not None:
+            self.protocol = delta.protocol  # type: ignore[assignment]  # normalised, not None
         self._apply_lifecycle(delta)
         if self.location != location:
             self.index_paths()
@@ -176,12 +178,14 @@ class TableState:
         self.last_commit_id = delta.commit_id
         self.accepted += 1
         self.version = max(self.version, version)
-        return replace(
-            delta,
-            prev_version=prev_version,
-            rows_delta=self.live_rows - before_rows,
-            bytes_delta=self.live_bytes - before_bytes,
-            live_count=len(self.segments),
+        return CommitDelta(  # what dataclasses.replace would build, without its introspection
+            delta.version,
+            delta.timestamp_ms,
+            delta.commit,
+            prev_version,
+            self.live_rows - before_rows,
+            self.live_bytes - before_bytes,
+            len(self.segments),
         )
 
     def note_intent(self, commit: Commit, offset: int, timestamp_ms: int) -> None:
@@ -278,7 +282,7 @@ def _same(value: Any) -> Any:
 
 
 def _pairs(mapping: Mapping[Any, int]) -> list[list[Any]]:
-    return [[k, v] for k, v in mapping.items()]
+    return list(map(list, mapping.items()))
 
 
 _NOT_IN_META = frozenset({"segments", "paths"})
@@ -311,6 +315,7 @@ _META_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 """How each field that is not a plain JSON value is written into key-frame metadata and read back."""
 
 
+@lru_cache(maxsize=4096)
 def path_key(path: str, location: str | None) -> str:
     """One spelling per file: relative paths resolved under ``location``, URIs canonicalised."""
     if locations.is_absolute_uri(path):
