@@ -57,16 +57,20 @@ def table_pattern(table: str) -> str:
 
 
 def materializer_config(config: Config, keyframe_every: int | None = None) -> Config:
-    """No metrics port; with ``keyframe_every``: key frames by commit count only (K), never by T or D."""
+    """No metrics port; with ``keyframe_every``: key frames by commit count only (K), never by T, D
+    or S (the segments pending)."""
     config = replace(config, metrics_port=0)
     if keyframe_every is None:
         return config
-    return replace(
+    config = replace(
         config,
         keyframe_every_commits=keyframe_every,
         keyframe_every_seconds=24 * 3600.0,
         keyframe_every_bytes=1 << 50,
     )
+    if hasattr(config, "keyframe_every_segments"):  # S, where the materializer has it: off too
+        config = replace(config, keyframe_every_segments=2**31 - 1)
+    return config
 
 
 # --------------------------------------------------------------------------- materializer
@@ -299,6 +303,21 @@ def _catchup_main(
             first_version = version
         if version >= end_offset:
             marks["caught_up"] = time.time()
+            break
+        time.sleep(0.002)
+    # the outputs too: the key frame of the last version in Redis (readers' fast path; the
+    # log's last record is an accepted append) and on object storage (where recovery starts)
+    materialized = service.tables.get(name.topic)
+    while "caught_up" in marks and materialized is not None and time.monotonic() < deadline:
+        if "redis_keyframe" not in marks and service.redis is not None:
+            stored = service.redis.keyframe_version(name)
+            if stored is not None and stored >= end_offset:
+                marks["redis_keyframe"] = time.time()
+        if "object_store_keyframe" not in marks:
+            latest = materialized.files.latest()
+            if latest is not None and latest[0] >= end_offset:
+                marks["object_store_keyframe"] = time.time()
+        if "object_store_keyframe" in marks and ("redis_keyframe" in marks or service.redis is None):
             break
         time.sleep(0.002)
     cpu = time.process_time() - cpu_before
