@@ -300,7 +300,7 @@ def _time_travel(tt: dict[str, Any], reps: int) -> list[str]:
         *table(("system", "call", "median", "÷ segcat"), rows, "llrr"),
         "",
         f"segcat: key frames every K = {t.get('keyframe_every_commits')} commits; {sd.get('chain_text', '')} "
-        "delta-rs: {d['details'].get('checkpoint')} (checkpoints at versions "
+        f"delta-rs: {d['details'].get('checkpoint')} (checkpoints at versions "
         f"{d['details'].get('checkpoint_versions')}). pyiceberg: {i['details'].get('how')}.",
         "",
         "cProfile of segcat's time travel (default chain; ms per call, top 12 by cumulative time):",
@@ -520,13 +520,23 @@ def _redis_analysis(size: str, cell: dict[str, Any]) -> str:
             + deltas
             + li["files_ms"]
         )
+        if (stored.get("bytes") or 0) > (lean.get("bytes") or 0):
+            text += (
+                " Without the `segment_avro` column, which no reader uses, the LZ4 frame is "
+                f"{mb(lean.get('bytes'))} instead of {mb(stored.get('bytes'))} "
+                f"({_smaller(lean.get('bytes'), stored.get('bytes'))}; "
+                f"GET {ms(lean.get('redis_py_get_ms'))} vs "
+                f"{ms(stored.get('redis_py_get_ms'))}, IPC read {ms(lean.get('read_ipc_ms'))} vs "
+                f"{ms(stored.get('read_ipc_ms'))}, SHA-256 {ms(lean.get('sha256_ms'))} vs "
+                f"{ms(stored.get('sha256_ms'))}, CRC-32 {ms(lean.get('crc32_ms'))})."
+            )
+        else:
+            text += (
+                f" The Redis frame is lean already ({mb(stored.get('bytes'))}, no `segment_avro`; "
+                f"CRC-32 of it {ms(lean.get('crc32_ms'))})."
+            )
         text += (
-            " Without the `segment_avro` column, which no reader uses, the LZ4 frame is "
-            f"{mb(lean.get('bytes'))} instead of {mb(stored.get('bytes'))} "
-            f"({_smaller(lean.get('bytes'), stored.get('bytes'))}; GET {ms(lean.get('redis_py_get_ms'))} vs "
-            f"{ms(stored.get('redis_py_get_ms'))}, IPC read {ms(lean.get('read_ipc_ms'))} vs "
-            f"{ms(stored.get('read_ipc_ms'))}, SHA-256 {ms(lean.get('sha256_ms'))} vs "
-            f"{ms(stored.get('sha256_ms'))}, CRC-32 {ms(lean.get('crc32_ms'))}). Of `files()`, "
+            " Of `files()`, "
             f"{ms(li['to_pylist_only_ms'])} is turning the Arrow result into Python strings; the Arrow array "
             f"itself takes {ms(li['arrow_array_only_ms'])}. Lean frame + CRC-32 + today's `files()` ≈ "
             f"{ms(projected)} (sum of parts measured alone); with an Arrow result ≈ "
