@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, SegcatError, ServiceUnavailable
+from segcat.catalog.errors import (
+    ConfigError,
+    InvalidArgument,
+    NotAuthorized,
+    SegcatError,
+    ServiceUnavailable,
+)
 from segcat.catalog.log import refusals
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.topics import unreachable_hint
@@ -169,6 +175,8 @@ class CommitPipeline:
     def check_open(self) -> None:
         if self._closing:
             raise InvalidArgument(f"the writer of {self._name} is closed: open a new TableWriter")
+        if isinstance(self._broken, NotAuthorized | ConfigError):  # a refusal every later commit meets too
+            raise type(self._broken)(str(self._broken))
         if self._broken is not None:
             raise ServiceUnavailable(f"the writer of {self._name} stopped: {self._broken}") from self._broken
 
@@ -339,10 +347,19 @@ class CommitPipeline:
         round would wake the producer's threads each time); otherwise poll, so records submitted
         together share produce requests.
         """
-        if urgent:
-            self._producer.flush(FLUSH_S)
-        else:
-            self._producer.poll(0 if self._reports or self._delivered else POLL_S)
+        try:
+            if urgent:
+                self._producer.flush(FLUSH_S)
+            else:
+                self._producer.poll(0 if self._reports or self._delivered else POLL_S)
+        except KafkaException as exc:  # fatal (e.g. no idempotent-write right): nothing in flight lands
+            doing = f"writing to {self._name.topic}"
+            error = refusals.refusal(exc, self._config, doing) or ServiceUnavailable(
+                f"{doing} failed: {exc}; {unreachable_hint(self._config)}"
+            )
+            self._broken = error
+            self.fail_all(error)
+            return
         landed: list[InFlight] = []
         while self._reports:
             entry, err, offset = self._reports.popleft()

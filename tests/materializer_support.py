@@ -105,6 +105,16 @@ def materializer_config(config: Config, redis_url: str, warehouse: Path, every: 
     )
 
 
+def wait_until_following(service: Materializer, table: str, timeout_s: float = 60.0) -> None:
+    """Until ``service`` has ``table`` assigned: commits written after it are applied live, one by one
+    (a backlog found on assignment is caught up with one key frame at its end)."""
+    topic = TableName.parse(table).topic
+    deadline = time.monotonic() + timeout_s
+    while topic not in service.tables:
+        assert time.monotonic() < deadline, f"the materializer was not assigned {table}"
+        time.sleep(0.05)
+
+
 _RUNNING: set[Materializer] = set()
 """Materializers running in this process: ``wait_for_head`` waits for their key-frame writers."""
 

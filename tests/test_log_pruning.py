@@ -31,6 +31,7 @@ from tests.materializer_support import (
     namespace,
     running_materializer,
     wait_for_head,
+    wait_until_following,
     write_load,
 )
 
@@ -264,8 +265,9 @@ def test_a_materializer_recovering_from_an_older_key_frame_reads_the_archives_no
     catalog = Catalog(pconfig)
     table = catalog.create_table(name)
     tname = TableName.parse(name)
-    with running_materializer(pconfig, pattern):
-        write_load(pconfig, name, 25, seed=11)  # live: a backlog found at start gets one frame only
+    with running_materializer(pconfig, pattern) as service:
+        wait_until_following(service, name)  # live commits: a backlog found at start gets one frame
+        write_load(pconfig, name, 25, seed=11)
         wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
         result = table.prune_log(retain_versions=2)
         assert result.marker_version is not None

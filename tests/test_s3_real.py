@@ -30,6 +30,7 @@ from tests.materializer_support import (
     namespace,
     running_materializer,
     wait_for_head,
+    wait_until_following,
     write_load,
 )
 from tests.s3_server import S3Server, s3_server
@@ -69,8 +70,9 @@ def test_materializer_history_on_s3_answers_old_versions(
     catalog = Catalog(cfg)
     table = catalog.create_table(name)
     assert table.location().startswith(f"s3://{s3_server.bucket}/")
-    with running_materializer(cfg, pattern):
-        write_load(cfg, name, 14, seed=5)  # live: a backlog found at start gets one key frame only
+    with running_materializer(cfg, pattern) as service:
+        wait_until_following(service, name)  # live commits: a backlog found at start gets one key frame
+        write_load(cfg, name, 14, seed=5)
         assert catalog.redis is not None
         wait_for_head(catalog.redis, name, table.log_end())
         assert table.files is not None
