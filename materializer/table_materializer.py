@@ -101,7 +101,7 @@ class _FrameJob:
     """What the writer thread needs to seal and write one key frame (all of it immutable)."""
 
     generation: int
-    deltas: tuple[CommitDelta, ...]
+    commits: tuple[Pending, ...]
     """The accepted commits since the last frame the writer built (older ones are skipped)."""
     offset: int
     image: TableState
@@ -527,9 +527,7 @@ class TableMaterializer:
         if self.redis is not None and self.gate.open() and (rebuild_redis or not self._redis_dirty):
             to_redis = True
             self._redis_dirty = False
-        self._submit(
-            to_store=True, to_redis=to_redis, archive=archive, deltas=tuple(p.delta for p in pending)
-        )
+        self._submit(to_store=True, to_redis=to_redis, archive=archive, commits=pending)
         if time.monotonic() - self._swept_at >= TEMP_SWEEP_EVERY_S:
             self._sweep_temp_files()
 
@@ -540,12 +538,12 @@ class TableMaterializer:
         to_redis: bool,
         archive: tuple[int, tuple[Pending, ...], tuple[ArchivedRecord, ...]] | None,
         move_head: bool = False,
-        deltas: tuple[CommitDelta, ...] | None = None,
+        commits: tuple[Pending, ...] | None = None,
     ) -> None:
         """Hand one frame to the writer thread (or write it now, without one)."""
         job = _FrameJob(
             generation=self._generation,
-            deltas=tuple(p.delta for p in self._pending) if deltas is None else deltas,
+            commits=tuple(self._pending) if commits is None else commits,
             offset=self.state.version,
             image=_image_at(self.state),
             version=self.state.last_accepted_version,
@@ -567,14 +565,19 @@ class TableMaterializer:
             raise exc
 
     def _write_frame(self, job: _FrameJob) -> None:
-        """The writer thread's part: fold the deltas into the frame's rows, seal, archive, write
-        the frame, put it in Redis; in that order, so nothing relies on an object not written."""
+        """The writer thread's part: fold the commits into the frame's rows (a big commit's segments
+        cut from its record's bytes, not encoded again), seal, archive, write the frame, put it in
+        Redis; in that order, so nothing relies on an object not written."""
         if job.generation != self._generation or self._failed is not None:
             return  # an earlier image's, or after a failure: recovery rebuilds from storage
         started = time.perf_counter()
         stage = "keyframe"
         try:
-            frame = self._frame.apply(job.deltas, offset=job.offset)
+            frame = self._frame.apply(
+                [p.delta for p in job.commits],
+                offset=job.offset,
+                values={p.delta.version: p.value for p in job.commits},
+            )
             if job.generation != self._generation:
                 return  # recovered meanwhile: the new image owns the frame now
             self._frame = frame

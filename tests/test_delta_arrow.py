@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import io
 from collections.abc import Callable
+from unittest import mock
 
 import fastavro
 import pyarrow as pa
@@ -20,7 +21,7 @@ from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.storage import add_columns, delta_arrow
+from segcat.catalog.storage import add_columns, delta_arrow, frame_view, keyframe
 from segcat.catalog.storage.delta_arrow import EncodedCommit
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.segments_arrow import segments_table
@@ -94,8 +95,40 @@ def test_the_hand_parser_equals_fastavro(batch: list[Commit]) -> None:
         body = value[codec.HEADER_SIZE :]
         raw = fastavro.schemaless_reader(io.BytesIO(body), codec._schemas()[0].parsed, None)
         assert isinstance(raw, dict)
-        assert delta_arrow.decode(EncodedCommit(0, 0, value)).adds == add_columns.from_dicts(raw["adds"])
+        parsed = delta_arrow.decode(EncodedCommit(0, 0, value)).adds
+        assert dataclasses.replace(parsed, avro=[]) == add_columns.from_dicts(raw["adds"])
         assert len(add_columns.from_dicts(raw["adds"])) == len(exact.adds)
+        # each segment's bytes as cut from the record are that segment in the segment schema
+        assert parsed.avro == [keyframe.encode_segment(s) for s in exact.adds]
+        cut = delta_arrow.segment_bytes(value)
+        assert cut is not None and cut.avro == parsed.avro and cut.ids == parsed.ids
+
+
+@SETTINGS
+@given(st.lists(commits(), max_size=4), st.lists(commits(), max_size=4))
+def test_a_full_view_cutting_segment_avro_from_records_equals_encoding_it(
+    first: list[Commit], second: list[Commit]
+) -> None:
+    """The materializer's key frames: the same rows (``segment_avro`` included) whether each
+    segment's Avro is cut from its record's bytes or encoded again from the ``Segment``."""
+    cut = encoded_again = FrameView.from_state(TableState("ns.t"))
+    with mock.patch.object(frame_view, "SLICE_FROM", 0):  # cut every commit, however small
+        for batch, base in ((first, 0), (second, 100)):
+            encoded = _encoded(batch, base)
+            encoded_again = encoded_again.apply(_exact(encoded), offset=base + 50)
+            cut = cut.apply(_exact(encoded), offset=base + 50, values={c.version: c.value for c in encoded})
+            assert cut.rows.equals(encoded_again.rows)
+    assert dataclasses.replace(cut, rows=encoded_again.rows) == encoded_again
+
+
+def test_segment_bytes_refuses_what_it_cannot_cut_as_it_is() -> None:
+    good = codec.encode_commit(
+        Commit(Commit.new_id(), "ns.t", Operation.APPEND, -1, "w", 0, adds=(segment("a"),))
+    )
+    assert delta_arrow.segment_bytes(good) is not None
+    other_layout = good[:2] + b"\x00" * 8 + good[codec.HEADER_SIZE :]
+    for bad in (b"", b"nope", other_layout, good[: codec.HEADER_SIZE + 3]):
+        assert delta_arrow.segment_bytes(bad) is None
 
 
 @SETTINGS

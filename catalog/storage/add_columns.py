@@ -48,6 +48,9 @@ class AddColumns:
     bloom_hashes: list[int | None] = field(default_factory=list)
     bloom_bits: list[bytes | None] = field(default_factory=list)
     stats: list[Stat] = field(default_factory=list)
+    avro: list[bytes] = field(default_factory=list)
+    """Each segment's bytes as the record carries them (``parse`` only; ``from_dicts`` leaves it
+    empty): a segment record of the current layout, what a key frame's ``segment_avro`` holds."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -107,6 +110,7 @@ def _parse(buf: bytes, pos: int) -> tuple[AddColumns, int]:
     ids, paths, partitions, formats = out.ids, out.paths, out.partitions, out.formats
     sizes, counts, stats = out.sizes, out.counts, out.stats
     b_cols, b_hashes, b_bits = out.bloom_columns, out.bloom_hashes, out.bloom_bits
+    avros = out.avro
     varint, symbols, unpack_double = _varint, _COLUMN_TYPES, _DOUBLE.unpack_from
     low: Any
     high: Any
@@ -128,6 +132,7 @@ def _parse(buf: bytes, pos: int) -> tuple[AddColumns, int]:
             else:
                 _, pos = varint(buf, pos, b)
         for _ in range(count):
+            first = pos
             b = buf[pos]
             pos += 1
             if b < 0x80:
@@ -403,6 +408,7 @@ def _parse(buf: bytes, pos: int) -> tuple[AddColumns, int]:
                 raise DecodeError(f"schema union branch byte {index}")
             if pos > end:
                 raise DecodeError("a segment runs past the record")
+            avros.append(buf[first:pos])
             row += 1
         b = buf[pos]
         pos += 1

@@ -129,6 +129,26 @@ def decode(commit: EncodedCommit) -> ArrowCommit:
     return ArrowCommit(CommitDelta(commit.version, commit.timestamp_ms, header), adds)
 
 
+def segment_bytes(value: bytes) -> AddColumns | None:
+    """The adds of a record of the current layout, each segment's Avro bytes (``avro``) cut out of
+    ``value`` as they are; None for a record of another layout or one the hand parser refuses
+    (then the caller encodes the segments itself). Only the fields before ``adds`` are decoded."""
+    if value[:2] != codec.MAGIC or bytes(value[2 : codec.HEADER_SIZE]) != codec.current_fingerprint():
+        return None
+    split = _split()
+    if split is None:
+        return None
+    data = bytes(value)
+    body = io.BytesIO(data)
+    body.seek(codec.HEADER_SIZE)
+    try:
+        fastavro.schemaless_reader(body, split.head, None)
+        adds, _ = add_columns.parse(data, body.tell())
+    except Exception:  # fastavro raises many kinds on bytes it refuses; the caller has a way round
+        return None
+    return adds
+
+
 def note_column_types(adds: AddColumns, column_types: dict[str, ColumnType]) -> None:
     """Fix the type of every stats column first seen in ``adds`` (as ``FrameView.apply`` does)."""
     for _, column, symbol, *_ in adds.stats:

@@ -28,9 +28,12 @@ from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.storage import delta_arrow, keyframe
 from segcat.catalog.storage.delta_arrow import EncodedCommit
 from segcat.catalog.storage.keyframe import KeyFrame
-from segcat.catalog.storage.segments_arrow import segments_table
+from segcat.catalog.storage.segments_arrow import AVRO_COLUMN, segments_table
 
-AVRO_COLUMN = "segment_avro"
+SLICE_FROM = 8
+"""A full view cuts the segments' Avro out of a commit's record from this many added segments on:
+measured on 100k one-segment commits, parsing the record again cost 2× re-encoding its segment;
+on commits of 1,000 segments, cutting was 3× faster."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +142,11 @@ class FrameView:
         objects, no Avro re-encoding. ``DecodeError`` when a record does not decode.
         """
         batch = [c for c in commits if c.version > self.offset]
-        if not self.lean:  # a full view keeps the exact, slower path (it needs the segments' Avro)
+        if not self.lean:  # a full view keeps the exact path (it needs the segments' Avro)
             return self.apply(
                 [CommitDelta(c.version, c.timestamp_ms, codec.decode_commit(c.value)) for c in batch],
                 offset=offset,
+                values={c.version: c.value for c in batch},
             )
         return self.apply_decoded([delta_arrow.decode(c) for c in batch], offset=offset)
 
@@ -175,20 +179,39 @@ class FrameView:
             )
         return self._fold([c.delta for c in batch], dropped, added, column_types, offset)
 
-    def apply(self, deltas: Iterable[CommitDelta], *, offset: int | None = None) -> FrameView:
+    def apply(
+        self,
+        deltas: Iterable[CommitDelta],
+        *,
+        offset: int | None = None,
+        values: Mapping[int, bytes] | None = None,
+    ) -> FrameView:
         """This view after ``deltas`` (accepted, in version order, all after ``self.offset``),
         covering the log up to ``offset`` when given (records after the last delta that were
-        not accepted)."""
+        not accepted).
+
+        ``values`` (version → the record's value): a full view takes the ``segment_avro`` of a
+        commit adding at least ``SLICE_FROM`` segments from its record's bytes as they are
+        instead of encoding each segment again (finding them means parsing the record once more,
+        which costs more than encoding one or two segments).
+        """
         batch = [d for d in deltas if d.version > self.offset]
         pending: dict[str, LiveSegment] = {}
+        known: dict[str, bytes] = {}
         dropped: set[str] = set()
         column_types = dict(self.column_types)
+        slicing = values is not None and not self.lean and self.layout == codec.current_fingerprint()
         for delta in batch:
             for drop in delta.dropped:
                 if pending.pop(drop, None) is None:
                     dropped.add(drop)
-            for segment in delta.added:
+            cut = _cut(delta, values) if slicing and len(delta.added) >= SLICE_FROM else None
+            for index, segment in enumerate(delta.added):
                 pending[segment.segment_id] = LiveSegment(segment, delta.version)
+                if cut is not None:
+                    known[segment.segment_id] = cut[index]
+                elif known:
+                    known.pop(segment.segment_id, None)  # added again, by a commit not cut
                 for stats in segment.stats:
                     column_types.setdefault(stats.column, stats.type)
         added: pa.Table | None = None
@@ -196,7 +219,7 @@ class FrameView:
             added = (
                 segments_table(pending.values(), column_types)
                 if self.lean
-                else keyframe.segment_rows(pending.values(), column_types, self.layout)
+                else keyframe.segment_rows(pending.values(), column_types, self.layout, known=known)
             )
         return self._fold(batch, dropped, added, column_types, offset)
 
@@ -251,6 +274,16 @@ class FrameView:
             column_types=column_types,
             layout=self.layout,
         )
+
+
+def _cut(delta: CommitDelta, values: Mapping[int, bytes] | None) -> list[bytes] | None:
+    """The Avro bytes of ``delta``'s added segments, in order, cut from its record's value; None
+    when there is no value or it does not parse to exactly those segments."""
+    value = None if values is None else values.get(delta.version)
+    adds = None if value is None else delta_arrow.segment_bytes(value)
+    if adds is None or adds.ids != [s.segment_id for s in delta.added]:
+        return None
+    return adds.avro
 
 
 def _total(column: pa.ChunkedArray) -> int:

@@ -33,7 +33,7 @@ from segcat.catalog.protocol.column_types import arrow_type
 from segcat.catalog.protocol.model import ColumnType, Segment
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.storage import parquet_objects
-from segcat.catalog.storage.segments_arrow import BASE_SCHEMA, segments_table
+from segcat.catalog.storage.segments_arrow import AVRO_COLUMN, BASE_SCHEMA, segments_table
 
 FORMAT_VERSION = 3
 """3: the image's fields as ``TableState.to_meta`` writes them. 2: protocol, column types and the
@@ -48,7 +48,6 @@ REDIS_FORMAT_KEY = b"segcat.redis_format"
 REDIS_FORMAT = 2
 """The Redis copy's format: 2 = lean (no ``segment_avro``, no content checksum; the store's CRC-32
 guards the bytes). Format 1 values (no ``segcat.redis_format``) are whole key frames and still load."""
-AVRO_COLUMN = "segment_avro"
 
 
 @dataclass(frozen=True)
@@ -84,14 +83,15 @@ def segment_layout(meta: dict[str, Any]) -> bytes:
 def encode_segment(segment: Segment, layout: bytes | None = None) -> bytes:
     """One segment in Avro (the current commit layout unless ``layout`` names another)."""
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, codec.segment_schema(layout), codec.segment_to_avro(segment))
+    fastavro.schemaless_writer(out, codec.parsed_segment_schema(layout), codec.segment_to_avro(segment))
     return out.getvalue()
 
 
 def decode_segments(encoded: Iterable[bytes], layout: bytes | None = None) -> list[Segment]:
     """Segments from their Avro bytes written in ``layout``, resolved to the current model."""
-    writer = codec.segment_schema(layout)
-    reader = codec.segment_schema()
+    writer = codec.parsed_segment_schema(layout)
+    current = codec.parsed_segment_schema()
+    reader = None if writer is current else current  # same layout: nothing to resolve
     out = []
     for raw in encoded:
         decoded = fastavro.schemaless_reader(io.BytesIO(raw), writer, reader)
@@ -123,15 +123,25 @@ def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray)
 
 
 def segment_rows(
-    live: Iterable[LiveSegment], column_types: Mapping[str, ColumnType], layout: bytes | None = None
+    live: Iterable[LiveSegment],
+    column_types: Mapping[str, ColumnType],
+    layout: bytes | None = None,
+    *,
+    known: Mapping[str, bytes] | None = None,
 ) -> pa.Table:
-    """Key-frame rows (wide reader columns + lossless ``segment_avro``), ordered by segment_id."""
-    schema = codec.segment_schema(layout)
+    """Key-frame rows (wide reader columns + lossless ``segment_avro``), ordered by segment_id.
+    ``known``: segments' Avro bytes in ``layout`` already at hand (cut from their records), by id."""
+    schema = codec.parsed_segment_schema(layout)
     ordered = sorted(live, key=lambda item: item.segment.segment_id)
     view = segments_table(ordered, column_types)
     out = io.BytesIO()
     encoded = []
+    have = known or {}
     for item in ordered:
+        raw = have.get(item.segment.segment_id)
+        if raw is not None:
+            encoded.append(raw)
+            continue
         out.seek(0)
         out.truncate()
         fastavro.schemaless_writer(out, schema, codec.segment_to_avro(item.segment))

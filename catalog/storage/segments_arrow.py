@@ -32,6 +32,9 @@ BASE_SCHEMA = pa.schema(
         ("bloom_bits", pa.binary()),
     ]
 )
+AVRO_COLUMN = "segment_avro"
+"""The lossless column of a full view and a key frame: each segment as a segment record of the
+frame's commit layout (``keyframe``). Readers' lean views go without it."""
 
 
 def segments_table(live: Iterable[LiveSegment], column_types: Mapping[str, ColumnType]) -> pa.Table:
