@@ -211,3 +211,53 @@ def test_a_key_frame_keeps_protocol_and_column_types() -> None:
     assert loaded.protocol == Protocol(2, ())
     assert loaded.column_types == state.column_types
     assert loaded == state
+
+
+# ---------------------------------------------------------------------- lean Parquet reads
+
+
+def test_a_lean_read_is_the_frame_without_segment_avro() -> None:
+    state = _state()
+    full = keyframe.from_parquet(keyframe.to_parquet(keyframe.build(state)))
+    lean = keyframe.from_parquet(keyframe.to_parquet(keyframe.build(state)), lean=True)
+    assert lean.lean and not full.lean
+    assert lean.meta == full.meta
+    assert lean.table.equals(full.table.drop_columns(["segment_avro"]))
+    assert keyframe.light_state(lean) == keyframe.light_state(full)
+    assert FrameView.from_keyframe(lean, lean=True) == FrameView.from_keyframe(full, lean=True)
+
+
+def test_a_lean_read_of_a_frame_without_a_metadata_checksum_reads_it_whole() -> None:
+    """Frames written before ``segcat.meta_checksum`` (format 1 here) load lean all the same."""
+    frame = keyframe.from_parquet(FORMAT1.read_bytes(), lean=True)
+    whole = keyframe.from_parquet(FORMAT1.read_bytes())
+    assert keyframe.META_CHECKSUM_KEY not in (whole.table.schema.metadata or {})
+    assert frame.lean and frame.table.equals(whole.table.drop_columns(["segment_avro"]))
+
+
+def test_a_lean_read_checks_the_metadata_and_the_pages_it_reads() -> None:
+    table = keyframe.build(_state())
+    metadata = dict(table.schema.metadata or {})
+    changed = metadata[keyframe.META_KEY].replace(b'"version":', b'"version": ', 1)
+    assert changed != metadata[keyframe.META_KEY]
+    tampered = table.replace_schema_metadata({**metadata, keyframe.META_KEY: changed})
+    with pytest.raises(CorruptKeyFrame, match="metadata checksum"):
+        keyframe.from_parquet(keyframe.to_parquet(tampered), lean=True)
+    renamed = table.rename_columns([*table.column_names[:-2], "max:other", "segment_avro"])
+    with pytest.raises(CorruptKeyFrame, match="metadata checksum"):
+        keyframe.from_parquet(keyframe.to_parquet(renamed.replace_schema_metadata(metadata)), lean=True)
+    # flipped bytes: every lean load fails loudly or yields the same frame
+    data = keyframe.to_parquet(table)
+    want = keyframe.from_parquet(data, lean=True)
+    detected = 0
+    positions = range(0, len(data), max(1, len(data) // 400))
+    for position in positions:
+        flipped = bytearray(data)
+        flipped[position] ^= 0x40
+        try:
+            frame = keyframe.from_parquet(bytes(flipped), lean=True)
+        except CorruptKeyFrame:
+            detected += 1
+            continue
+        assert frame.meta == want.meta and frame.table.equals(want.table), f"byte {position} undetected"
+    assert detected > len(positions) * 0.3

@@ -22,7 +22,15 @@ from segcat.catalog.protocol.model import Commit, Operation, Tombstone
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
-from segcat.catalog.storage.archive import ArchivedCommit, decode_archive, encode_archive
+from segcat.catalog.storage.archive import (
+    HEADS_CHECKSUM_KEY,
+    ArchivedCommit,
+    ArchivedRecord,
+    CommitHead,
+    decode_archive,
+    decode_heads,
+    encode_archive,
+)
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from tests.factories import segment
@@ -326,6 +334,55 @@ def test_archive_tampering_with_a_valid_encoding_fails_the_checksum() -> None:
         decode_archive(write(pa.table({"version": [1]})))
 
 
+def _heads(commits: list[ArchivedCommit]) -> tuple[CommitHead, ...]:
+    return tuple(CommitHead(c.version, c.timestamp_ms, c.commit_id, c.operation) for c in commits)
+
+
+def test_archive_heads_are_the_commits_without_values_and_checked_alone() -> None:
+    others = [ArchivedRecord(3, 9, b"k", b"junk", "REJECTED")]  # the one record not accepted
+    data = encode_archive(0, 11, HISTORY.accepted, table="ns.t", others=others)
+    heads = decode_heads(data)
+    assert (heads.from_version, heads.to_version, heads.table) == (0, 11, "ns.t")
+    assert heads.heads == _heads(HISTORY.accepted) and heads.commits == ()
+    # damage: a heads read fails loudly or yields the same heads (value pages are never read)
+    detected = 0
+    positions = range(0, len(data), max(1, len(data) // 400))
+    for position in positions:
+        flipped = bytearray(data)
+        flipped[position] ^= 0x40
+        try:
+            got = decode_heads(bytes(flipped))
+        except CorruptArchive:
+            detected += 1
+            continue
+        assert got == heads, f"byte {position} changed the heads undetected"
+    assert detected > len(positions) * 0.3
+    # an operation changed with a valid encoding: only the heads checksum can tell
+    table = pq.read_table(pa.BufferReader(data))
+    operations = table.column("operation").to_pylist()
+    at = operations.index("APPEND")
+    operations[at] = "COMPACT"
+    tampered = table.set_column(
+        table.schema.get_field_index("operation"), table.schema.field("operation"), pa.array(operations)
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(tampered, sink)
+    with pytest.raises(CorruptArchive, match="checksum"):
+        decode_heads(bytes(sink.getvalue().to_pybytes()))
+
+
+def test_archive_heads_of_an_archive_without_a_heads_checksum_read_it_whole() -> None:
+    data = encode_archive(4, 7, _in(4, 7), table="ns.t")
+    table = pq.read_table(pa.BufferReader(data))
+    metadata = dict(table.schema.metadata or {})
+    del metadata[HEADS_CHECKSUM_KEY]  # as archives were written before it existed
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(metadata), sink)
+    older = bytes(sink.getvalue().to_pybytes())
+    assert decode_archive(older).commits == tuple(_in(4, 7))
+    assert decode_heads(older).heads == _heads(_in(4, 7))
+
+
 # ---------------------------------------------------------------------------- archives (store)
 
 
@@ -338,6 +395,8 @@ def test_archives_between_reads_across_archives_in_order(files: TableFiles) -> N
     _write_archives(files)
     assert files.store.exists("ns/t/_catalog/commits/00000000000000000004-00000000000000000007.parquet")
     assert list(files.archives_between(-1, 11)) == HISTORY.accepted
+    assert tuple(files.commit_heads_between(-1, 11)) == _heads(HISTORY.accepted)
+    assert tuple(files.commit_heads_between(4, 9)) == _heads(_in(5, 9))
     assert list(files.archives_between(-1, None)) == HISTORY.accepted
     assert list(files.archives_between(2, 9)) == _in(3, 9)
     assert list(files.archives_between(5, 5)) == []

@@ -91,7 +91,7 @@ class Follower:
         frame = None
         if files is not None and (at_most is None or at_most >= 0):
             try:
-                frame = files.newest_valid_keyframe(at_most=at_most)
+                frame = files.newest_valid_keyframe(at_most=at_most, lean=not full)
             except OSError as exc:
                 log.warning("object storage unavailable; following from offset 0", extra={"error": str(exc)})
         image = None if frame is None else (frame.state() if full else keyframe.light_state(frame))

@@ -102,7 +102,7 @@ def from_object_store(files: TableFiles, bound: int | None, *, lean: bool = True
     """The newest valid key frame ≤ ``bound`` plus the archived commits up to ``bound``
     (``lean``: the reader's view; otherwise a full one, with every segment's Avro)."""
     try:
-        frame = files.newest_valid_keyframe(at_most=bound)
+        frame = files.newest_valid_keyframe(at_most=bound, lean=lean)
     except OSError as exc:
         log.info("object storage cannot answer", extra={"table": files.name.qualified, "reason": str(exc)})
         return None
@@ -159,11 +159,11 @@ def from_next_keyframe(files: TableFiles, bound: int) -> Found | None:
             return None
         upto = later[0]
         after = max((v for v in listed if v <= bound), default=-1)
-        archived = list(files.archives_between(after, upto))
+        archived = list(files.commit_heads_between(after, upto))
         upto_bound = [c for c in archived if c.version <= bound]
         if not upto_bound or any(c.operation != APPEND for c in archived if c.version > bound):
             return None
-        frame = files.read_keyframe(upto)
+        frame = files.read_keyframe(upto, lean=True)
     except (ArchiveGap, CorruptArchive, CorruptKeyFrame, OSError) as exc:
         log.info("no later key frame answers", extra={"table": files.name.qualified, "reason": str(exc)})
         return None
@@ -182,8 +182,8 @@ def full_view(
     found: Found, tail: Sequence[CommitDelta], files: TableFiles | None, offset: int
 ) -> FrameView | None:
     """The full view (with ``segment_avro``) at ``offset`` of what ``found`` + ``tail`` answered,
-    rebuilt from the same key frame and commits: the Parquet copy of a lean Redis frame (same
-    version), or the frame object storage handed over. None when that frame cannot be had."""
+    rebuilt from the same key frame and commits, read whole from object storage when ``found``
+    holds a lean one (Redis' copy, or a lean Parquet read). None when that frame cannot be had."""
     start = found.keyframe
     if start is None:
         return None

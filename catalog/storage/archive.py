@@ -32,6 +32,11 @@ READABLE_FORMATS = (1, 2)
 ACCEPTED = "ACCEPTED"
 META_KEY = b"segcat.archive"
 CHECKSUM_KEY = b"segcat.checksum"
+HEADS_CHECKSUM_KEY = b"segcat.heads_checksum"
+"""SHA-256 over the metadata JSON, the column names and types, and the ``HEAD_COLUMNS`` only: what
+``decode_heads`` checks (besides the pages' CRCs) when it reads those columns alone. Archives
+from before it have none and are read whole."""
+HEAD_COLUMNS = ("version", "timestamp_ms", "outcome", "commit_id", "operation")
 
 SCHEMA_V1 = pa.schema(
     [
@@ -70,6 +75,16 @@ class ArchivedCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class CommitHead:
+    """An archived accepted commit without its record value: what time travel over appends reads."""
+
+    version: int
+    timestamp_ms: int
+    commit_id: str
+    operation: str
+
+
+@dataclass(frozen=True, slots=True)
 class ArchivedRecord:
     """A record of the range that was not accepted, as Kafka held it, with the rules' outcome."""
 
@@ -89,6 +104,9 @@ class Archive:
     table: str | None = None
     others: tuple[ArchivedRecord, ...] = ()
     """Format 2: the records that were not accepted (format 1 archives kept none)."""
+    heads: tuple[CommitHead, ...] = ()
+    """Only from ``decode_heads`` (then ``commits`` and ``others`` are empty): the accepted
+    commits without their values."""
 
     def log_records(self) -> list[LogRecord]:
         """Every record the archive holds, in offset order, as the log held it."""
@@ -148,9 +166,62 @@ def encode_archive(
     }
     meta_json = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
     data = data.replace_schema_metadata(
-        {META_KEY: meta_json, CHECKSUM_KEY: _checksum(meta_json, data).encode()}
+        {
+            META_KEY: meta_json,
+            CHECKSUM_KEY: _checksum(meta_json, data).encode(),
+            HEADS_CHECKSUM_KEY: _checksum(meta_json, data, HEAD_COLUMNS).encode(),
+        }
     )
     return parquet_objects.to_parquet(data)
+
+
+def decode_heads(data: bytes) -> Archive:
+    """The archive without record values: its accepted commits as ``heads``, reading the
+    ``HEAD_COLUMNS`` alone (checked by their own checksum and the pages' CRCs); an archive from
+    before that checksum is read and verified whole."""
+    table = parquet_objects.read_parquet(data, "commit archive", CorruptArchive, skip=("key", "value"))
+    metadata = table.schema.metadata or {}
+    meta_json, checksum = metadata.get(META_KEY), metadata.get(HEADS_CHECKSUM_KEY)
+    if meta_json is None or checksum is None:
+        whole = decode_archive(data)
+        heads = tuple(CommitHead(c.version, c.timestamp_ms, c.commit_id, c.operation) for c in whole.commits)
+        return Archive(whole.from_version, whole.to_version, (), whole.table, heads=heads)
+    if any(name not in table.column_names for name in HEAD_COLUMNS):
+        raise CorruptArchive(f"unexpected archive columns: {table.schema.remove_metadata()}")
+    if _checksum(meta_json, table, HEAD_COLUMNS).encode() != checksum:
+        raise CorruptArchive("commit archive checksum mismatch")
+    from_version, to_version, count, table_name = _range(meta_json)
+    columns = {name: table.column(name).to_pylist() for name in HEAD_COLUMNS}
+    versions: list[int] = columns["version"]
+    problem = _check_range(from_version, to_version, versions)
+    if problem or count != len(versions):
+        raise CorruptArchive(f"inconsistent commit archive: {problem or 'row count differs from metadata'}")
+    found: list[CommitHead] = []
+    for version, timestamp, outcome, cid, operation in zip(*columns.values(), strict=True):
+        if outcome == ACCEPTED:
+            if cid is None or operation is None:
+                raise CorruptArchive(f"accepted record at version {version} lacks its commit")
+            found.append(CommitHead(version, timestamp, cid, operation))
+    return Archive(from_version, to_version, (), table_name, heads=tuple(found))
+
+
+def _range(meta_json: bytes) -> tuple[int, int, int, str | None]:
+    """``(from_version, to_version, count, table)`` of an archive's metadata (of a readable format)."""
+    try:
+        meta: dict[str, Any] = json.loads(meta_json)
+        if meta.get("format_version") not in READABLE_FORMATS:
+            raise CorruptArchive(
+                f"unsupported commit archive format {meta.get('format_version')!r}; upgrade segcat"
+            )
+        table = meta.get("table")
+        return (
+            int(meta["from_version"]),
+            int(meta["to_version"]),
+            int(meta["count"]),
+            table if isinstance(table, str) else None,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptArchive(f"bad commit archive metadata: {exc}") from exc
 
 
 def decode_archive(data: bytes) -> Archive:
@@ -205,11 +276,14 @@ def decode_archive(data: bytes) -> Archive:
     return Archive(from_version, to_version, tuple(commits), name, tuple(others))
 
 
-def _checksum(meta_json: bytes, table: pa.Table) -> str:
-    """SHA-256 over the metadata JSON, the column names and types, and every column's bytes."""
+def _checksum(meta_json: bytes, table: pa.Table, columns: Iterable[str] | None = None) -> str:
+    """SHA-256 over the metadata JSON, the column names and types, and the bytes of ``columns``
+    (default: every column)."""
     digest = hashlib.sha256(meta_json)
-    digest.update("\n".join(f"{f.name}:{f.type}" for f in table.schema).encode())
-    for name in table.column_names:
+    names = list(table.column_names if columns is None else columns)
+    fields = table.schema if columns is None else [table.schema.field(n) for n in names]
+    digest.update("\n".join(f"{f.name}:{f.type}" for f in fields).encode())
+    for name in names:
         _digest_column(digest, name, table.column(name))
     return digest.hexdigest()
 

@@ -44,6 +44,10 @@ _LAYOUT_V2 = bytes.fromhex("dcb115706142297a")
 """The commit layout format-1 key frames encoded their segments with."""
 META_KEY = b"segcat.keyframe"
 CHECKSUM_KEY = b"segcat.checksum"
+META_CHECKSUM_KEY = b"segcat.meta_checksum"
+"""SHA-256 over the metadata JSON and the names and types of the columns but ``segment_avro``: what
+a lean read (``from_parquet(lean=True)``) checks besides the pages' CRCs. Frames from before it
+have none and are read whole."""
 REDIS_FORMAT_KEY = b"segcat.redis_format"
 REDIS_FORMAT = 2
 """The Redis copy's format: 2 = lean (no ``segment_avro``, no content checksum; the store's CRC-32
@@ -102,6 +106,12 @@ def decode_segments(encoded: Iterable[bytes], layout: bytes | None = None) -> li
 
 def _meta(state: TableState, layout: bytes) -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "segment_layout": layout.hex(), **state.to_meta()}
+
+
+def _meta_checksum(meta_json: bytes, schema: pa.Schema) -> str:
+    digest = hashlib.sha256(meta_json)
+    digest.update("\n".join(f"{f.name}:{f.type}" for f in schema if f.name != AVRO_COLUMN).encode())
+    return digest.hexdigest()
 
 
 def _checksum(meta_json: bytes, schema: pa.Schema, avro_column: pa.ChunkedArray) -> str:
@@ -169,7 +179,13 @@ def seal(rows: pa.Table, state: TableState, layout: bytes | None = None) -> pa.T
     layout = codec.current_fingerprint() if layout is None else layout
     meta_json = json.dumps(_meta(state, layout), separators=(",", ":"), sort_keys=True).encode()
     checksum = _checksum(meta_json, rows.schema, rows.column("segment_avro")).encode()
-    return rows.replace_schema_metadata({META_KEY: meta_json, CHECKSUM_KEY: checksum})
+    return rows.replace_schema_metadata(
+        {
+            META_KEY: meta_json,
+            CHECKSUM_KEY: checksum,
+            META_CHECKSUM_KEY: _meta_checksum(meta_json, rows.schema).encode(),
+        }
+    )
 
 
 def canonical_columns(rows: pa.Table) -> pa.Table:
@@ -228,10 +244,26 @@ def verify(table: pa.Table) -> KeyFrame:
         raise CorruptKeyFrame("not a segcat key frame (metadata or segment_avro column missing)")
     if _checksum(meta_json, table.schema, table.column("segment_avro")).encode() != checksum:
         raise CorruptKeyFrame("key frame checksum mismatch")
-    meta = json.loads(meta_json)
+    return KeyFrame(table, _readable_meta(meta_json))
+
+
+def _readable_meta(meta_json: bytes) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads(meta_json)
     if meta.get("format_version") not in READABLE_FORMATS:
         raise CorruptKeyFrame(f"unsupported key frame format {meta.get('format_version')!r}; upgrade segcat")
-    return KeyFrame(table, meta)
+    return meta
+
+
+def _verify_lean(table: pa.Table) -> KeyFrame | None:
+    """A key frame read without ``segment_avro``, checked by its metadata checksum; None for a
+    frame written before that checksum existed (it must be read whole)."""
+    metadata = table.schema.metadata or {}
+    meta_json, checksum = metadata.get(META_KEY), metadata.get(META_CHECKSUM_KEY)
+    if meta_json is None or checksum is None:
+        return None
+    if _meta_checksum(meta_json, table.schema).encode() != checksum:
+        raise CorruptKeyFrame("key frame metadata checksum mismatch")
+    return KeyFrame(table, _readable_meta(meta_json))
 
 
 def to_parquet(table: pa.Table) -> bytes:
@@ -248,8 +280,17 @@ def to_parquet(table: pa.Table) -> bytes:
     return out.getvalue()
 
 
-def from_parquet(data: bytes) -> KeyFrame:
-    return verify(parquet_objects.read_parquet(data, "key frame", CorruptKeyFrame))
+def from_parquet(data: bytes, *, lean: bool = False) -> KeyFrame:
+    """The key frame in ``data``, verified. ``lean`` (readers that list and prune): without
+    ``segment_avro``, which is then neither read nor hashed; the metadata is checked by its own
+    checksum and every page by its CRC. A frame older than that checksum is read whole."""
+    if lean:
+        table = parquet_objects.read_parquet(data, "key frame", CorruptKeyFrame, skip=(AVRO_COLUMN,))
+        frame = _verify_lean(table)
+        if frame is not None:
+            return frame
+    full = verify(parquet_objects.read_parquet(data, "key frame", CorruptKeyFrame))
+    return KeyFrame(full.table.drop_columns([AVRO_COLUMN]), full.meta) if lean else full
 
 
 def to_ipc(table: pa.Table) -> bytes:

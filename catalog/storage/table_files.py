@@ -30,7 +30,9 @@ from segcat.catalog.storage.archive import (
     Archive,
     ArchivedCommit,
     ArchivedRecord,
+    CommitHead,
     decode_archive,
+    decode_heads,
     encode_archive,
 )
 from segcat.catalog.storage.keyframe import KeyFrame
@@ -132,12 +134,13 @@ class TableFiles:
                 found.append(int(match.group(1)))
         return sorted(found)
 
-    def read_keyframe(self, version: int) -> KeyFrame:
-        """Load and verify one key frame; ``FileNotFoundError`` / ``CorruptKeyFrame``."""
-        return self._decode_keyframe(version, self.store.get(self.keyframe_path(version)))
+    def read_keyframe(self, version: int, *, lean: bool = False) -> KeyFrame:
+        """Load and verify one key frame; ``FileNotFoundError`` / ``CorruptKeyFrame``. ``lean``:
+        without ``segment_avro`` (``keyframe.from_parquet``), for readers that list and prune."""
+        return self._decode_keyframe(version, self.store.get(self.keyframe_path(version)), lean=lean)
 
-    def _decode_keyframe(self, version: int, data: bytes) -> KeyFrame:
-        frame = keyframe.from_parquet(data)
+    def _decode_keyframe(self, version: int, data: bytes, *, lean: bool = False) -> KeyFrame:
+        frame = keyframe.from_parquet(data, lean=lean)
         if frame.version != version:
             raise CorruptKeyFrame(f"object for version {version} holds version {frame.version}")
         if frame.meta.get("table") != self.name.qualified:
@@ -167,16 +170,16 @@ class TableFiles:
             return None
         return latest
 
-    def newest_valid_keyframe(self, at_most: int | None = None) -> KeyFrame | None:
+    def newest_valid_keyframe(self, at_most: int | None = None, *, lean: bool = False) -> KeyFrame | None:
         """The newest key frame that loads and verifies (with version ≤ ``at_most`` if given).
 
         ``_latest`` first (its SHA-256 of the whole object checked), then the listed versions
         newest first; corrupt or missing ones are skipped with a structured warning. None
         means: replay from the start of the log (or the archives).
         """
-        return self.find_newest_valid_keyframe(at_most).frame
+        return self.find_newest_valid_keyframe(at_most, lean=lean).frame
 
-    def find_newest_valid_keyframe(self, at_most: int | None = None) -> KeyFrameSearch:
+    def find_newest_valid_keyframe(self, at_most: int | None = None, *, lean: bool = False) -> KeyFrameSearch:
         """``newest_valid_keyframe`` plus the versions that were tried and failed to load.
 
         Only frames really read and refused count as failed (a materializer rewrites exactly
@@ -188,7 +191,7 @@ class TableFiles:
             try:
                 data = self.store.get(pointer.path)
                 if hashlib.sha256(data).hexdigest() == pointer.sha256:
-                    return KeyFrameSearch(self._decode_keyframe(pointer.version, data), ())
+                    return KeyFrameSearch(self._decode_keyframe(pointer.version, data, lean=lean), ())
                 # Damaged, or rewritten with other bytes: the listing pass judges the object itself.
                 self._warn("latest_mismatch", pointer.version, pointer.path, "sha256 differs from _latest")
             except (FileNotFoundError, CorruptKeyFrame) as exc:
@@ -198,7 +201,7 @@ class TableFiles:
             if version in failed or (at_most is not None and version > at_most):
                 continue
             try:
-                return KeyFrameSearch(self.read_keyframe(version), tuple(sorted(failed)))
+                return KeyFrameSearch(self.read_keyframe(version, lean=lean), tuple(sorted(failed)))
             except (FileNotFoundError, CorruptKeyFrame) as exc:
                 failed.append(version)
                 self._warn("keyframe_skipped", version, self.keyframe_path(version), str(exc))
@@ -241,7 +244,10 @@ class TableFiles:
             data = self.store.get(ref.path)
         except FileNotFoundError as exc:
             raise CorruptArchive(f"archive {ref.path} disappeared") from exc
-        archive = decode_archive(data)
+        return self._check_archive(ref, decode_archive(data))
+
+    def _check_archive(self, ref: ArchiveRef, archive: Archive) -> Archive:
+        """``archive`` if it is the one ``ref`` names (range and table), else ``CorruptArchive``."""
         if (archive.from_version, archive.to_version) != (ref.from_version, ref.to_version):
             raise CorruptArchive(
                 f"archive {ref.path} holds the range {archive.from_version}..{archive.to_version}"
@@ -293,6 +299,20 @@ class TableFiles:
         plan = self.archive_plan(after_version, upto)
         commits = (c for ref in plan for c in self.read_archive(ref).commits)
         return _in_range(commits, lambda c: c.version, after_version, upto)
+
+    def commit_heads_between(self, after_version: int, upto: int | None = None) -> Iterator[CommitHead]:
+        """``archives_between`` without the record values (the archives' value columns are never
+        read): versions, times, commit ids and operations. Same coverage check and errors."""
+        plan = self.archive_plan(after_version, upto)
+        heads = (h for ref in plan for h in self._read_heads(ref))
+        return _in_range(heads, lambda h: h.version, after_version, upto)
+
+    def _read_heads(self, ref: ArchiveRef) -> tuple[CommitHead, ...]:
+        try:
+            data = self.store.get(ref.path)
+        except FileNotFoundError as exc:
+            raise CorruptArchive(f"archive {ref.path} disappeared") from exc
+        return self._check_archive(ref, decode_heads(data)).heads
 
     def records_between(self, after_version: int, upto: int | None = None) -> Iterator[LogRecord]:
         """Every archived record with ``after_version < offset ≤ upto``, in order, as the log held it.
