@@ -8,12 +8,22 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
+import redis
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
-from segcat.catalog.storage.redis import Head, RedisStore, StreamEntry, VersionEvent, chain_is_complete, keys
+from segcat.catalog.storage.redis import (
+    Head,
+    RecordBatch,
+    RedisStore,
+    StreamEntry,
+    VersionEvent,
+    chain_is_complete,
+    keys,
+)
 from tests.keyframe_support import sha256_digest
 
 pytestmark = pytest.mark.redis
@@ -201,6 +211,41 @@ def test_publish_commit_is_atomic_and_replay_safe(store: RedisStore, table: str)
     assert state.keyframe is None and state.keyframe_version == -1
     assert [(d.version, d.prev_version) for d in state.deltas] == [(0, -1), (2, 0), (5, 2)]
     assert state.complete
+
+
+def test_a_record_batch_is_one_round_trip_and_survives_a_script_flush(store: RedisStore, table: str) -> None:
+    """A batch of records is one pipeline of EVALSHA (no SCRIPT EXISTS before it: that was a
+    second round trip per batch), and a server that lost the script gets it loaded again."""
+    sent: list[str] = []
+    real = redis.connection.Connection.send_packed_command
+
+    def counting(self: redis.connection.Connection, command: object, check_health: bool = True) -> None:
+        if b"EVALSHA" in repr(command).encode() or b"SCRIPT" in repr(command).encode():
+            sent.append(repr(command)[:60])
+        real(self, command, check_health)
+
+    prev = -1
+    for round_, versions in enumerate(((0, 1), (2, 4), (5, 6))):  # the first warms the connection up
+        if round_ == 2:
+            store.client.script_flush()  # as a restarted or flushed server has forgotten it
+        batch = RecordBatch(store)
+        for version in versions:
+            batch.publish_commit(
+                table,
+                head_at(version),
+                prev_version=prev,
+                value=value_for(version),
+                event=event_for(table, version, prev),
+            )
+            prev = version
+        sent.clear()
+        with mock.patch.object(redis.connection.Connection, "send_packed_command", counting):
+            batch.flush()
+        if round_:
+            assert len(sent) == (1 if round_ == 1 else 3), sent  # after the flush: EVALSHA, LOAD, EVALSHA
+    state = store.load(table)
+    assert state.head == head_at(6)
+    assert [d.version for d in state.deltas] == [0, 1, 2, 4, 5, 6]
 
 
 def test_load_after_keyframe_with_trim(store: RedisStore, table: str) -> None:

@@ -300,18 +300,12 @@ class RedisStore:
         """Run script ``text`` once per (keys, args) in ``calls``, in order, in one round trip per
         node. Call inside :meth:`guarded`.
 
-        A cluster pipeline refuses EVALSHA by name and cannot load scripts itself, so there the
-        script is loaded on every primary first (``SCRIPT LOAD`` goes to all of them) and the
-        EVALSHA calls are queued as raw commands; a node that lost its scripts (restarted) makes
-        the batch load and run once more, which the scripts' offset compare-and-set makes harmless.
+        The script is loaded once (on a cluster, ``SCRIPT LOAD`` goes to every primary) and the
+        calls are queued as raw EVALSHA commands: a cluster pipeline refuses EVALSHA by name, and
+        redis-py's script objects cost a ``SCRIPT EXISTS`` round trip per pipeline. A server that
+        lost its scripts (restarted, flushed) makes the batch load and run once more, which the
+        scripts' offset compare-and-set makes harmless.
         """
-        if not self.cluster:
-            script = self.script(text)
-            pipe = self.client.pipeline(transaction=False)
-            for call_keys, args in calls:
-                script(keys=call_keys, args=args, client=pipe)
-            pipe.execute()
-            return
         client: Any = self.client  # types-redis 4.6 lacks RedisCluster.script_load
         for attempt in range(2):
             sha = self._loaded.get(text)
