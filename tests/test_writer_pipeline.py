@@ -14,11 +14,12 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import CommitConflict, InvalidArgument, MalformedCommit, SegcatError
+from segcat.catalog.errors import CommitConflict, InvalidArgument, MalformedCommit, NotAuthorized, SegcatError
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied, replay
@@ -270,3 +271,42 @@ def test_pipelined_outcomes_equal_the_replay_verdicts(
     winners = [cid for cid, f in sent if f.exception() is None]
     compactions = sum(1 for kind, _ in plan if kind == "compact")
     assert len(winners) >= len(plan) - compactions  # every append wins
+
+
+class _FatallyRefusing:
+    """A producer after librdkafka's fatal error: records are purged unsent and serving the
+    client's queue raises the fatal error (as confluent-kafka does once the PID was refused)."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+
+    def produce(self, *_: object, **__: object) -> None:
+        return None
+
+    def _fatal(self, *_: object) -> int:
+        error = KafkaError(
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Failed to acquire idempotence PID", fatal=True
+        )
+        raise KafkaException(error)
+
+    poll = flush = _fatal
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+def test_a_fatal_refusal_met_while_serving_the_producer_fails_commits_typed(
+    config: Config, table: Table
+) -> None:
+    """CI found a writer without the idempotent-write right raising librdkafka's KafkaException
+    out of ``commit()`` (the fatal error surfaced from ``poll``): now every commit in flight, and
+    every later one, gets ``NotAuthorized`` naming the principal."""
+    with TableWriter(config, table.name.qualified) as writer:
+        writer.append([segment("kept")])
+        pipeline = writer._pipeline
+        pipeline._producer = _FatallyRefusing(pipeline._producer)  # type: ignore[assignment]
+        with pytest.raises(NotAuthorized, match="nothing was written"):
+            writer.append([segment("refused")])
+        with pytest.raises(NotAuthorized):
+            writer.append_async([segment("later")]).result(timeout=30)
+    assert table.snapshot().live_count == 1
