@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from bench import peers, read_doc, read_processes, read_segcat, read_whatif, report, runner
+from bench import peers, read_doc, read_processes, read_segcat, read_whatif, report, runner, watch_floor
 from bench.read_segcat import bulk_plan
 from bench.read_sizes import FULL, QUICK, Sizes
 from bench.report import get, size_label
@@ -184,6 +184,10 @@ def watch(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list
         out[key] = read_segcat.run_watch(config, catalog, name, sizes.watch_commits, pause)
         got = out[key]["arrival_minus_broker_ts"]
         progress(f"{key}: p50 {got['median_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms")
+    progress(f"the floor: the same hops without segcat, paced, {sizes.watch_commits} records")
+    out["floor"] = watch_floor.run_floor(config, sizes.watch_commits, sizes.watch_pause_s)
+    got = out["floor"]["arrival_minus_broker_ts"]
+    progress(f"floor: p50 {got['median_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms")
     return out
 
 

@@ -205,7 +205,9 @@ def _stream_variants(s: dict[str, Any]) -> list[str]:
         phase_rows.append((v["label"], "after", *_phase_cells(v["batch_phases_ms"])))
     for key, ref in s.get("spark_reference", {}).items():
         label = "Spark alone: `rate-micro-batch` → memory sink, " + (
-            "Spark's defaults" if key == "spark_defaults" else "`FileSystemBasedCheckpointFileManager`"
+            "Spark's own checkpoint manager (`FileContextBasedCheckpointFileManager`)"
+            if key == "spark_defaults"
+            else "`FileSystemBasedCheckpointFileManager`"
         )
         phase_rows.append((label, "", *_phase_cells(ref["phases_ms"])))
     head = variants["segcat"]
@@ -238,7 +240,7 @@ def _stream_variants(s: dict[str, Any]) -> list[str]:
         "(which comes after the "
         "writer has read its verdict, so the stream may already be on its way: a writer-dependent figure). "
         f"Target: p50 ≤ 150 ms; **p50 {ms(target['median_ms'])}, p90 {ms(target['p90_ms'])}** from the "
-        "log with Spark's defaults.",
+        "log with `si.local_session()` as it comes.",
         "",
         *(
             [

@@ -20,7 +20,8 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
    ``format("memory")`` with a 100 ms processing-time trigger, a materializer process following
    the tables (the source reads the materialized head from Redis); 3 / 1 rounds × 15 / 8
    one-segment appends via ``TableWriter``, one at a time, per variant (``STREAM_VARIANTS``:
-   Spark's defaults, the ``FileSystem``-based checkpoint manager, ``latestFrom=kafka``, async
+   ``si.local_session()`` as it comes (the ``FileSystem``-based checkpoint manager), Spark's
+   own ``FileContext``-based one, ``latestFrom=kafka``, async
    progress tracking), interleaved in shuffled order; the latency of a version is when a poll
    of the sink first sees it minus the return of ``append``. Spark's own per-batch cost is
    measured alongside with the JVM ``rate-micro-batch`` source into the same sink.
@@ -240,9 +241,14 @@ FS_CHECKPOINTS = (
     "spark.sql.streaming.checkpointFileManagerClass",
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
 )
-"""Spark's default checkpoint manager writes through Hadoop's ``FileContext``: on the local file
-system (no native Hadoop library in pyspark) every offset/commit-log file costs forked ``chmod``
-and ``readlink`` processes; the ``FileSystem``-based one renames with ``File.renameTo``."""
+"""What ``si.local_session`` sets: the ``FileSystem``-based checkpoint manager renames with
+``File.renameTo``. Spark's own default (``SPARK_CHECKPOINTS``) writes through Hadoop's
+``FileContext``: on the local file system (no native Hadoop library in pyspark) every
+offset/commit-log file costs forked ``chmod`` and ``readlink`` processes."""
+SPARK_CHECKPOINTS = (
+    FS_CHECKPOINTS[0],
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager",
+)
 
 
 @dataclass(frozen=True)
@@ -257,12 +263,18 @@ class StreamVariant:
 
 
 STREAM_VARIANTS = (
-    StreamVariant("segcat", "segcat source, Spark's defaults", {}, {}, {}),
     StreamVariant(
-        "segcat_fs_checkpoint",
-        "segcat source + `FileSystemBasedCheckpointFileManager`",
+        "segcat",
+        "segcat source, `si.local_session()` as it comes (`FileSystemBasedCheckpointFileManager`)",
         {},
         dict([FS_CHECKPOINTS]),
+        {},
+    ),
+    StreamVariant(
+        "segcat_spark_checkpoints",
+        "segcat source, Spark's own checkpoint manager (`FileContextBasedCheckpointFileManager`)",
+        {},
+        dict([SPARK_CHECKPOINTS]),
         {},
     ),
     StreamVariant(
@@ -327,6 +339,7 @@ def _stream_once(
 
     sink = f"segcat_bench_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
+    before = {key: spark.conf.get(key, None) for key in variant.spark_conf}
     for key, value in variant.spark_conf.items():
         spark.conf.set(key, value)
     writer = TableWriter(config, name)
@@ -391,8 +404,11 @@ def _stream_once(
         if query is not None:
             query.stop()
         writer.close()
-        for key in variant.spark_conf:
-            spark.conf.unset(key)
+        for key, value in before.items():  # the session as it was (si.local_session sets one of them)
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
@@ -401,6 +417,7 @@ def _spark_reference(spark: Any, params: Params, conf: dict[str, str]) -> dict[s
     same memory sink with the same trigger; no Python, no catalog."""
     sink = f"segcat_bench_rate_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
+    before = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():
         spark.conf.set(key, value)
     query = (
@@ -420,8 +437,11 @@ def _spark_reference(spark: Any, params: Params, conf: dict[str, str]) -> dict[s
         rows = [p for p in query.recentProgress[5:] if p.get("numInputRows")]
     finally:
         query.stop()
-        for key in conf:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
         shutil.rmtree(checkpoint, ignore_errors=True)
     return {"batches": len(rows), "phases_ms": _phases(rows)}
 
@@ -478,7 +498,7 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
         spark.range(1).createOrReplaceTempView(sink_probe)
         poll_costs = [timed(lambda: spark.sql(f"select * from {sink_probe}").collect())[1] for _ in range(20)]
         reference = {
-            "spark_defaults": _spark_reference(spark, params, {}),
+            "spark_defaults": _spark_reference(spark, params, dict([SPARK_CHECKPOINTS])),
             "fs_checkpoint": _spark_reference(spark, params, dict([FS_CHECKPOINTS])),
         }
     finally:

@@ -34,6 +34,15 @@ AWS_SDK_MODULES = ("s3", "s3-transfer-manager")
 PROVIDED_BY_SPARK = ("io.netty:*", "org.apache.httpcomponents:*", "org.slf4j:*")
 """Already in pyspark's jars: a second copy from Ivy would only risk two versions of a class."""
 ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINTS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+"""A streaming query's offset and commit logs written through Hadoop's ``FileSystem`` (write a
+temp file, rename it). Spark's default goes through ``FileContext``, which on a local disk makes
+Hadoop fork ``chmod`` and ``readlink`` for every log file (pyspark ships no native Hadoop library):
+measured 37 + 45 ms of a micro-batch's offset and commit logs against 10 + 11 ms this way
+(docs/BENCHMARKS.md, "Spark overhead"). A ``conf`` passed to ``local_session`` overrides it."""
 
 
 def local_session(
@@ -47,6 +56,7 @@ def local_session(
 ) -> SparkSession:
     """Get (or create) a session with the ``segcat`` data source registered.
 
+    Streaming checkpoints are written through Hadoop's ``FileSystem`` (``FILE_SYSTEM_CHECKPOINTS``).
     ``s3`` (default: whether ``config``'s warehouse is ``s3://``) adds hadoop-aws and the s3a
     settings of ``s3_conf`` for ``config``'s endpoint and region; ``conf`` overrides any of it.
     """
@@ -63,7 +73,7 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
     )
-    settings: dict[str, str] = {}
+    settings: dict[str, str] = {CHECKPOINT_MANAGER: FILE_SYSTEM_CHECKPOINTS}
     if use_s3:
         settings.update(s3_conf(config.s3_endpoint if config else None, config.s3_region if config else None))
     settings.update(conf or {})

@@ -23,6 +23,7 @@ from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.producers import TableWriter
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
+from segcat.spark_integration.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
 from tests.factories import segment
 from tests.spark_support import spark
 
@@ -96,6 +97,8 @@ def stream(spark: SparkSession, config: Config, table: Table, **options: str) ->
 def test_stream_restarts_from_checkpoint_exactly(
     spark: SparkSession, config: Config, table: Table, tmp_path: Path
 ) -> None:
+    # si.local_session writes checkpoints through Hadoop's FileSystem (renames): this restart covers it
+    assert spark.conf.get(CHECKPOINT_MANAGER) == FILE_SYSTEM_CHECKPOINTS
     first = appends(config, table, 3)
     checkpoint = str(tmp_path / "checkpoint")
 
