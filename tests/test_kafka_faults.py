@@ -127,6 +127,21 @@ def failover_report(results: list[dict[str, Any]], event_at: float, label: str) 
     return out
 
 
+BEYOND_IN_FLIGHT = 25
+"""Records past the log's end that prove a commit *started* after that moment: each of the six
+writers commits one at a time, and a commit in flight may land up to 3 times (its re-sends), so
+at most 18 records after it belong to commits begun before."""
+
+
+def _wait_for_progress(table: Table, offset: int, timeout_s: float = 90.0) -> None:
+    """Until the table's log reaches ``offset`` (the second kill waited for none and raced the
+    writers: CI once saw no commit start in the milliseconds between the ISR and the kill)."""
+    deadline = time.monotonic() + timeout_s
+    while table.log_end() < offset:
+        assert time.monotonic() < deadline, f"the log did not reach offset {offset} after the restart"
+        time.sleep(0.2)
+
+
 def _wait_for_isr(settings: Any, topic: str, size: int, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while len(in_sync_replicas(settings, topic)) < size:
@@ -143,7 +158,7 @@ def test_three_brokers_survive_a_leader_kill_and_a_second_failure(tmp_path: Path
         described = TopicAdmin(cfg)._admin.list_topics(topic=table.name.topic, timeout=10)
         assert len(described.topics[table.name.topic].partitions[0].replicas) == 3
 
-        procs = _start_writers(cfg, table.name.qualified, tmp_path, 6, seconds=45.0)
+        procs = _start_writers(cfg, table.name.qualified, tmp_path, 6, seconds=60.0)
         time.sleep(8)
         leader = partition_leader(settings, table.name.topic)
         os.kill(node_record(settings, leader).pid, signal.SIGKILL)
@@ -152,6 +167,7 @@ def test_three_brokers_survive_a_leader_kill_and_a_second_failure(tmp_path: Path
         stack.up(settings)  # starts the killed node again
         _wait_for_isr(settings, table.name.topic, 3)
         restarted_at = time.time()
+        _wait_for_progress(table, table.log_end() + BEYOND_IN_FLIGHT)  # writers carry on, then ...
         victim = next(n for n in (partition_leader(settings, table.name.topic), 1, 2, 3) if n != leader)
         os.kill(node_record(settings, victim).pid, signal.SIGKILL)
         second_kill = time.time()
