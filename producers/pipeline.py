@@ -148,6 +148,11 @@ class CommitPipeline:
         self._unflushed = 0
         """Records sent for waiting threads since the last flush (under ``lock``)."""
         self._broken: BaseException | None = None
+        self._poll_lock = threading.Lock()
+        """Held while the producer's queue is served (``poll`` / ``flush``)."""
+        self._fatal: KafkaException | None = None
+        """What made the producer fatal (e.g. no idempotent-write right), as serving its queue raised
+        it: librdkafka reports the cause once; later ``produce`` calls only say ``_FATAL``."""
         self._thread = threading.Thread(target=self._run, name=f"segcat-judge-{name.qualified}", daemon=True)
         self._thread.start()
 
@@ -217,8 +222,36 @@ class CommitPipeline:
                     raise ServiceUnavailable(f"{doing}: the producer queue stayed full") from None
                 time.sleep(0.005)
             except KafkaException as exc:  # a fatal producer error (e.g. no idempotent-write right)
-                refusals.raise_refusal(exc, self._config, doing)
-                raise ServiceUnavailable(f"{doing} failed: {exc}; {unreachable_hint(self._config)}") from exc
+                cause = self._fatal_cause(exc)
+                refusals.raise_refusal(cause, self._config, doing)
+                hint = unreachable_hint(self._config)
+                raise ServiceUnavailable(f"{doing} failed: {cause}; {hint}") from exc
+
+    def _serve(self, *, urgent: bool) -> None:
+        """Serve the producer's queue (delivery reports; ``urgent``: flush what lingers first)."""
+        with self._poll_lock:
+            try:
+                if urgent:
+                    self._producer.flush(FLUSH_S)
+                else:
+                    self._producer.poll(0 if self._reports or self._delivered else POLL_S)
+            except KafkaException as exc:
+                self._fatal = self._fatal or exc
+                raise
+
+    def _fatal_cause(self, exc: KafkaException) -> KafkaException:
+        """The error behind a ``produce`` that failed as ``_FATAL``: serving the queue raises it
+        once, here or in whichever thread served it first (under ``_poll_lock`` either way)."""
+        err = refusals.kafka_error(exc)
+        if err is None or err.code() != KafkaError._FATAL:
+            return exc
+        with self._poll_lock:
+            if self._fatal is None:
+                try:
+                    self._producer.poll(0)
+                except KafkaException as raised:
+                    self._fatal = raised
+        return self._fatal or exc
 
     # ------------------------------------------------------------------ following
 
@@ -348,10 +381,7 @@ class CommitPipeline:
         together share produce requests.
         """
         try:
-            if urgent:
-                self._producer.flush(FLUSH_S)
-            else:
-                self._producer.poll(0 if self._reports or self._delivered else POLL_S)
+            self._serve(urgent=urgent)
         except KafkaException as exc:  # fatal (e.g. no idempotent-write right): nothing in flight lands
             doing = f"writing to {self._name.topic}"
             error = refusals.refusal(exc, self._config, doing) or ServiceUnavailable(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -193,7 +193,10 @@ class TableWriter:
             intent.abort()
         self._pipeline.close(self.config.request_timeout_s + 5)
         self._closed = True
-        self._producer.flush(self.config.request_timeout_s)
+        try:
+            self._producer.flush(self.config.request_timeout_s)
+        except KafkaException as exc:  # fatal (e.g. refused): every commit in flight already failed with it
+            log.debug("producer flush at close: %s", exc)
         self._follower.close()
 
     # ------------------------------------------------------------------ state

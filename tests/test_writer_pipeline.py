@@ -273,38 +273,52 @@ def test_pipelined_outcomes_equal_the_replay_verdicts(
     assert len(winners) >= len(plan) - compactions  # every append wins
 
 
-class _FatallyRefusing:
-    """A producer after librdkafka's fatal error: records are purged unsent and serving the
-    client's queue raises the fatal error (as confluent-kafka does once the PID was refused)."""
+_REFUSED = KafkaError(
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Failed to acquire idempotence PID", fatal=True
+)
 
-    def __init__(self, real: object) -> None:
+
+class _FatallyRefusing:
+    """A producer after librdkafka's fatal error, as confluent-kafka shows it: serving the queue
+    raises the cause (``cause_once``: only the first time, then ``produce`` says only ``_FATAL``,
+    as measured against a broker refusing the PID; otherwise every time, records purged unsent)."""
+
+    def __init__(self, real: object, *, cause_once: bool) -> None:
         self._real = real
+        self._cause_once = cause_once
+        self._cause_told = False
 
     def produce(self, *_: object, **__: object) -> None:
-        return None
+        if self._cause_once:
+            raise KafkaException(
+                KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+            )
 
-    def _fatal(self, *_: object) -> int:
-        error = KafkaError(
-            KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Failed to acquire idempotence PID", fatal=True
-        )
-        raise KafkaException(error)
+    def _serve(self, *_: object) -> int:
+        if self._cause_once and self._cause_told:
+            return 0
+        self._cause_told = True
+        raise KafkaException(_REFUSED)
 
-    poll = flush = _fatal
+    poll = flush = _serve
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._real, name)
 
 
-def test_a_fatal_refusal_met_while_serving_the_producer_fails_commits_typed(
-    config: Config, table: Table
-) -> None:
+@pytest.mark.parametrize("cause_once", [False, True], ids=["raised-by-every-poll", "told-once"])
+def test_a_fatal_refusal_fails_commits_typed(config: Config, table: Table, cause_once: bool) -> None:
     """CI found a writer without the idempotent-write right raising librdkafka's KafkaException
-    out of ``commit()`` (the fatal error surfaced from ``poll``): now every commit in flight, and
-    every later one, gets ``NotAuthorized`` naming the principal."""
+    out of ``commit()`` (the fatal error surfaced from ``poll``); ``segcat commit`` as the reader
+    principal then said "unexpected KafkaException ... a bug in segcat" (the writer's final flush
+    met it again) or, when ``produce`` came first and said only ``_FATAL``, ServiceUnavailable.
+    Now every commit in flight and every later one gets ``NotAuthorized`` naming the principal,
+    and closing the writer raises nothing over it."""
     with TableWriter(config, table.name.qualified) as writer:
         writer.append([segment("kept")])
         pipeline = writer._pipeline
-        pipeline._producer = _FatallyRefusing(pipeline._producer)  # type: ignore[assignment]
+        refusing = _FatallyRefusing(pipeline._producer, cause_once=cause_once)
+        pipeline._producer = writer._producer = refusing  # type: ignore[assignment]
         with pytest.raises(NotAuthorized, match="nothing was written"):
             writer.append([segment("refused")])
         with pytest.raises(NotAuthorized):
