@@ -12,10 +12,13 @@ exactly as before, with no package to resolve.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from segcat.catalog.errors import SegcatError
 from segcat.spark_integration.session import has_hadoop_aws, local_session, s3_conf
@@ -62,3 +65,29 @@ def s3_spark(spark: SparkSession, s3_server: S3Server) -> SparkSession:
     if not has_hadoop_aws(spark):
         service_failure("the test Spark session started without hadoop-aws (the S3 server was not up)")
     return spark
+
+
+WORKER_SPAWN_FAILURE = "Python worker failed to connect back"
+
+
+def run_to_end(start: Callable[[], StreamingQuery], timeout_s: int = 300) -> StreamingQuery:
+    """Start a query (``availableNow``) and wait for its end.
+
+    Spark plans a Python source in a Python worker it spawns at the query's start; once in CI,
+    under load, that spawn failed (EOF in Spark's SocketAuthHelper: "Python worker failed to
+    connect back") before the query planned anything. Such a query, with no batch run, is started
+    once more from the same checkpoint (a warning says so); any other failure is raised.
+    """
+    query = start()
+    try:
+        finished = query.awaitTermination(timeout_s)
+    except StreamingQueryException as exc:
+        if WORKER_SPAWN_FAILURE not in str(exc) or query.recentProgress:
+            raise
+        warnings.warn(
+            f"Spark could not spawn the query's Python worker; starting it again: {exc}", stacklevel=2
+        )
+        query = start()
+        finished = query.awaitTermination(timeout_s)
+    assert finished, f"the query did not finish in {timeout_s} s"
+    return query

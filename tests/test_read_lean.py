@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.read import lookup
+from segcat.catalog.read import table as table_module
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
@@ -22,7 +24,12 @@ from segcat.catalog.storage.table_files import TableFiles
 from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.keyframe_support import ipc_format1, sha256_digest
-from tests.materializer_support import PrivateRedis, materializer_config, namespace, running_materializer
+from tests.materializer_support import (
+    PrivateRedis,
+    materializer_config,
+    namespace,
+    running_materializer,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -199,3 +206,37 @@ def test_an_old_format_redis_key_frame_is_read_and_a_damaged_one_falls_back(mcon
     _same(table.snapshot(), expected, "damaged format-2 value")
     assert table.snapshot().origin.startswith("object-store")
     assert isinstance(table.snapshot(versions[0]).files_arrow(), pa.ChunkedArray)
+
+
+def test_segments_of_a_redis_view_from_the_empty_frame(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A materializer that finds a new topic before its first record puts the empty table's frame
+    (version -1) in Redis; commits then chain onto it, with no key frame in object storage yet.
+    ``Segment`` objects come from that empty frame and the same commits (this once asked object
+    storage for key frame -1: ValueError, seen in CI on the secure stack's Spark read)."""
+    mconfig = materializer_config(config, private_redis.url, tmp_path / "warehouse", every=1_000)
+    ns, pattern = namespace()
+    name = f"{ns}.fresh"
+    store = RedisStore.from_config(mconfig)
+    real_produce = getattr(table_module, "produce_commit")  # noqa: B009 (a name the module imports)
+
+    def after_the_empty_frame(*args: Any, **kwargs: Any) -> int:
+        deadline = time.monotonic() + 60
+        while store.keyframe_version(name) != -1:
+            assert time.monotonic() < deadline, "the empty table's frame never reached redis"
+            time.sleep(0.05)
+        return int(real_produce(*args, **kwargs))
+
+    monkeypatch.setattr(table_module, "produce_commit", after_the_empty_frame)
+    with running_materializer(mconfig, pattern):
+        table = Catalog(mconfig).create_table(name)
+        with TableWriter(mconfig, name) as writer:
+            versions = [writer.append([_rich(k)]) for k in range(3)]
+        _wait_for_head(store, name, versions[-1])
+    assert table.files is not None and table.files.keyframe_versions() == []
+    assert store.keyframe_version(name) == -1
+    got = table.snapshot()
+    assert got.origin == "redis"
+    _same(got, table.snapshot(sources=("kafka",)), "chained onto the empty frame")
+    assert [s.segment_id for s in got.segment_list()] == ["r000", "r001", "r002"]

@@ -36,7 +36,7 @@ from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import wait_for_head
 from tests.private_stack import client_config, private_settings, running_stack
-from tests.spark_support import spark
+from tests.spark_support import run_to_end, spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 __all__ = ["spark"]
@@ -198,18 +198,20 @@ def test_spark_append_read_and_stream(spark: SparkSession, secure: SecureStack, 
     df = spark.createDataFrame(rows, "id BIGINT, day DATE, user STRING")
     version = si.write(df, name, partition_by="day", config=writer_cfg)
     assert sorted(r["id"] for r in si.read(spark, name, config=reader_cfg).collect()) == list(range(30))
-    query = (
-        spark.readStream.format("segcat")
-        .option("table", name)
-        .options(**si.source_options(reader_cfg))
-        .load()
-        .writeStream.format("memory")
-        .queryName(f"secure_{uuid.uuid4().hex[:6]}")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query = run_to_end(
+        lambda: (
+            spark.readStream.format("segcat")
+            .option("table", name)
+            .options(**si.source_options(reader_cfg))
+            .load()
+            .writeStream.format("memory")
+            .queryName(f"secure_{uuid.uuid4().hex[:6]}")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        ),
+        180,
     )
-    assert query.awaitTermination(180)
     seen = [r["version"] for r in spark.sql(f"SELECT version FROM {query.name}").collect()]
     assert version in seen
 

@@ -25,7 +25,7 @@ from segcat.producers import TableWriter
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from segcat.spark_integration.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
 from tests.factories import segment
-from tests.spark_support import spark
+from tests.spark_support import run_to_end, spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -135,14 +135,15 @@ def test_stream_restarts_from_checkpoint_exactly(
         merged_away = sum(image.segments[sid].segment.row_count for sid in live[:2])
         second.append(writer.compact(live[:2], [segment("merged", "p1", rows=3)]))
 
-    query = (
-        stream(spark, config, table, maxVersionsPerTrigger="2")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
+    run_to_end(
+        lambda: (
+            stream(spark, config, table, maxVersionsPerTrigger="2")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    assert query.awaitTermination(300)
     assert sink.versions == [CREATED, *first, *second]  # nothing lost, nothing repeated
     assert sink.mismatches == []
     assert [len(rows) for rows in sink.seen[run1_batches:]] == [2, 1]  # the limit holds under AvailableNow
@@ -153,14 +154,15 @@ def test_stream_restarts_from_checkpoint_exactly(
 
     # a third run has nothing new: it ends without a batch of rows
     sink3 = Batches()
-    query = (
-        stream(spark, config, table)
-        .writeStream.foreachBatch(sink3)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
+    run_to_end(
+        lambda: (
+            stream(spark, config, table)
+            .writeStream.foreachBatch(sink3)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    assert query.awaitTermination(300)
     assert sink3.versions == []
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from segcat.catalog.config import Config
@@ -104,3 +107,27 @@ def test_names_that_collide_in_kafka_get_a_clear_error(catalog: Catalog, config:
     catalog.create_table(f"{stem}_a.t_b")
     with pytest.raises(InvalidTableName, match="collides"):
         catalog.create_table(f"{stem}.a_t_b")
+
+
+def test_create_waits_for_a_broker_that_has_not_heard_of_the_topic(
+    catalog: Catalog, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cluster the broker asked for the new topic's config may not know it yet (metadata
+    spreads after the creation is acknowledged): creation waits, as it does for the metadata.
+    (Seen on the 3-broker stack: UNKNOWN_TOPIC_OR_PART from describe_configs, ServiceUnavailable.)"""
+    admin = catalog.admin
+    real = admin._admin.describe_configs
+    refused: list[int] = []
+
+    def lagging(resources: list[ConfigResource], **kwargs: Any) -> dict[ConfigResource, Future[Any]]:
+        if len(refused) < 2:
+            refused.append(1)
+            future: Future[Any] = Future()
+            future.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+            return {r: future for r in resources}
+        return real(resources, **kwargs)
+
+    monkeypatch.setattr(admin._admin, "describe_configs", lagging)
+    table = catalog.create_table(table_name)
+    assert len(refused) == 2
+    assert table.info.config["cleanup.policy"] == "compact"

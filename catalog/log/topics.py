@@ -114,6 +114,13 @@ class TopicAdmin:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
             entries = futures[resource].result(timeout=self._timeout)
         except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                # the broker asked for the config has not heard of the topic (yet: a cluster's
+                # metadata spreads after the creation is acknowledged; or no longer)
+                raise TableNotFound(
+                    f"table {name} does not exist (the broker asked has no topic {name.topic})"
+                ) from exc
             refusals.raise_refusal(exc, self._config, f"reading the config of topic {name.topic}")
             raise ServiceUnavailable(
                 f"cannot read the config of {name.topic}: {exc}; {unreachable_hint(self._config)}"

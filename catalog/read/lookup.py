@@ -188,12 +188,16 @@ def full_view(
     if start is None:
         return None
     if start.lean:
-        if files is None:
+        empty = keyframe.widened(start)  # the empty table (version -1): nothing to read
+        if empty is not None:
+            start = empty
+        elif files is None:
             return None
-        try:
-            start = files.read_keyframe(start.version)
-        except (FileNotFoundError, CorruptKeyFrame, OSError):
-            return None  # e.g. a Redis frame rebuilt at a version object storage never got
+        else:
+            try:
+                start = files.read_keyframe(start.version)
+            except (FileNotFoundError, CorruptKeyFrame, OSError):
+                return None  # e.g. a Redis frame rebuilt at a version object storage never got
     base = FrameView.from_keyframe(start)
     if not found.exact_image:
         header = keyframe.header(start)

@@ -79,6 +79,14 @@ class KeyFrame:
         return state_from_keyframe(self)
 
 
+def widened(frame: KeyFrame) -> KeyFrame | None:
+    """The full frame of a lean one that holds no segments (the lean copy left nothing out: the
+    empty table a materializer publishes to Redis before any key frame exists); None otherwise."""
+    if not frame.lean or frame.table.num_rows:
+        return None
+    return KeyFrame(frame.table.append_column(AVRO_COLUMN, pa.array([], type=pa.binary())), frame.meta)
+
+
 def segment_layout(meta: dict[str, Any]) -> bytes:
     raw = meta.get("segment_layout")
     return _LAYOUT_V2 if raw is None else bytes.fromhex(raw)
