@@ -72,6 +72,15 @@ def _load_note(results: dict[str, Any]) -> str:
         if ones
         else ""
     )
+    start = (env.get("loadavg_at_start") or [None])[0]
+    if start is not None and start < int(env["nproc"]) and ones:
+        return (
+            f"> The machine has {env['nproc']} cores and was quiet when the run began (1-minute load "
+            f"{start:.2f}); nothing else ran during it. The load during the timed runs "
+            f"({min(ones):.2f}–{max(ones):.2f} before each; every figure is in the results file) is the "
+            "run's own brokers and writers, which compete for the same cores: read the ratios; the "
+            "topologies alternate which goes first in each round so that drift falls on both."
+        )
     return (
         f"> The machine has {env['nproc']} cores and is shared: other engineers' test runs were going on "
         f"during this run{spread} (every run's load average is in the results file). Writers, "
@@ -362,8 +371,8 @@ def _replication(results: dict[str, Any]) -> str:
         if (v := get(rnd, key, kind, "details", "cpu", "machine_busy_pct")) is not None
     ]
     saturated = (
-        f" The two cores were {min(busy):.0f}–{max(busy):.0f} % busy during every timed loop (the other "
-        "tests included): each hop of a commit — writer, leader, follower fetch, leader again — waits "
+        f" The two cores were {min(busy):.0f}–{max(busy):.0f} % busy during every timed loop (whatever "
+        "else ran included): each hop of a commit — writer, leader, follower fetch, leader again — waits "
         "for a core, and the 3-broker path has more hops and three JVMs to schedule, so on this "
         "machine the ratio is likely larger than on a cluster with a machine per broker."
         if busy
