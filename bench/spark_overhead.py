@@ -329,6 +329,24 @@ def _wait_for_heads(config: Config, offsets: dict[str, int], limit_s: float = 12
         store.close()
 
 
+def _set_conf(spark: Any, conf: dict[str, str]) -> dict[str, str | None]:
+    """Set ``conf`` on the session; what the keys held before (``_restore_conf`` puts it back)."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    return before
+
+
+def _restore_conf(spark: Any, before: dict[str, str | None]) -> None:
+    """The session as it was: ``si.local_session`` sets one of these keys itself, so unsetting
+    would not restore it."""
+    for key, value in before.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+
+
 def _stream_once(
     spark: Any, config: Config, params: Params, name: str, variant: StreamVariant, seed: int
 ) -> tuple[list[float], list[float], list[dict[str, Any]]]:
@@ -339,9 +357,7 @@ def _stream_once(
 
     sink = f"segcat_bench_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
-    before = {key: spark.conf.get(key, None) for key in variant.spark_conf}
-    for key, value in variant.spark_conf.items():
-        spark.conf.set(key, value)
+    before = _set_conf(spark, variant.spark_conf)
     writer = TableWriter(config, name)
     query = None
     try:
@@ -404,11 +420,7 @@ def _stream_once(
         if query is not None:
             query.stop()
         writer.close()
-        for key, value in before.items():  # the session as it was (si.local_session sets one of them)
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        _restore_conf(spark, before)
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
@@ -417,9 +429,7 @@ def _spark_reference(spark: Any, params: Params, conf: dict[str, str]) -> dict[s
     same memory sink with the same trigger; no Python, no catalog."""
     sink = f"segcat_bench_rate_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
+    before = _set_conf(spark, conf)
     query = (
         spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", 1)
@@ -437,11 +447,7 @@ def _spark_reference(spark: Any, params: Params, conf: dict[str, str]) -> dict[s
         rows = [p for p in query.recentProgress[5:] if p.get("numInputRows")]
     finally:
         query.stop()
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        _restore_conf(spark, before)
         shutil.rmtree(checkpoint, ignore_errors=True)
     return {"batches": len(rows), "phases_ms": _phases(rows)}
 

@@ -219,7 +219,7 @@ def test_segments_of_a_redis_view_from_the_empty_frame(
     ns, pattern = namespace()
     name = f"{ns}.fresh"
     store = RedisStore.from_config(mconfig)
-    real_produce = getattr(table_module, "produce_commit")  # noqa: B009 (a name the module imports)
+    real_produce = table_module.produce_commit
 
     def after_the_empty_frame(*args: Any, **kwargs: Any) -> int:
         deadline = time.monotonic() + 60

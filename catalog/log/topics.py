@@ -114,8 +114,8 @@ class TopicAdmin:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
             entries = futures[resource].result(timeout=self._timeout)
         except KafkaException as exc:
-            err = exc.args[0]
-            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            err = refusals.kafka_error(exc)
+            if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                 # the broker asked for the config has not heard of the topic (yet: a cluster's
                 # metadata spreads after the creation is acknowledged; or no longer)
                 raise TableNotFound(

@@ -185,19 +185,10 @@ def full_view(
     rebuilt from the same key frame and commits, read whole from object storage when ``found``
     holds a lean one (Redis' copy, or a lean Parquet read). None when that frame cannot be had."""
     start = found.keyframe
+    if start is not None and start.lean:
+        start = _whole(start, files)
     if start is None:
         return None
-    if start.lean:
-        empty = keyframe.widened(start)  # the empty table (version -1): nothing to read
-        if empty is not None:
-            start = empty
-        elif files is None:
-            return None
-        else:
-            try:
-                start = files.read_keyframe(start.version)
-            except (FileNotFoundError, CorruptKeyFrame, OSError):
-                return None  # e.g. a Redis frame rebuilt at a version object storage never got
     base = FrameView.from_keyframe(start)
     if not found.exact_image:
         header = keyframe.header(start)
@@ -205,6 +196,19 @@ def full_view(
         return base.before_appends(frame.offset, frame.version, frame.timestamp_ms, header.column_types)
     caught_up = base.apply_encoded(found.commits, offset=max(base.offset, found.frame.offset))
     return caught_up.apply(tail, offset=offset)
+
+
+def _whole(lean: keyframe.KeyFrame, files: TableFiles | None) -> keyframe.KeyFrame | None:
+    """The whole key frame behind a lean one: the same frame when it holds no segments (the empty
+    table, version -1, which object storage never gets), else object storage's copy; None when
+    that cannot be had (e.g. a Redis frame rebuilt at a version object storage never got)."""
+    empty = keyframe.widened(lean)
+    if empty is not None or files is None:
+        return empty
+    try:
+        return files.read_keyframe(lean.version)
+    except (FileNotFoundError, CorruptKeyFrame, OSError):
+        return None
 
 
 def judging_image(found: Found, table: str) -> TableState:
