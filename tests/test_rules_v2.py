@@ -104,7 +104,7 @@ def test_the_location_cannot_be_changed_by_set_properties() -> None:
 
 
 @pytest.mark.parametrize(
-    "wanted", [Protocol(3, ()), Protocol(2, ("deletion-vectors",)), Protocol(99, ("x", "y"))]
+    "wanted", [Protocol(4, ()), Protocol(2, ("deletion-vectors",)), Protocol(99, ("x", "y"))]
 )
 def test_an_upgrade_this_code_does_not_know_stops_the_replay_and_changes_nothing(wanted: Protocol) -> None:
     log = v2_log()

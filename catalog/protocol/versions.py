@@ -15,8 +15,9 @@ from segcat.catalog.protocol.model import Protocol
 LEGACY_VERSION = 1
 """Logs with no UPGRADE_PROTOCOL record: today's rules as they were before versioning."""
 
-CURRENT_VERSION = 2
-"""The newest protocol this code judges; new tables are created with it."""
+CURRENT_VERSION = 3
+"""The newest protocol this code judges; new tables are created with it (docs/PROTOCOL.md §3a
+lists what each version changed)."""
 
 LIFECYCLE = "lifecycle"
 """Feature: write intents (``INTENT`` commits), log pruning (``segcat.log.start``) and dropping
