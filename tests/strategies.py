@@ -423,7 +423,8 @@ class _Planner:
 
     def step_delete_free_text(self) -> None:
         offset = self.allocate_offset()
-        predicate = self.draw(st.sampled_from(["1=1; DROP TABLE x", "lower(country) = 'nz'", "id = NULL"]))
+        free = ["1=1; DROP TABLE x", "lower(country) = 'nz'", "id = NULL", "d = DATE '20240115'"]
+        predicate = self.draw(st.sampled_from(free))  # (the last: protocol 2 read it, protocol 3 does not)
         commit = self.commit(offset, Operation.DELETE, tombstones=(Tombstone(predicate),))
         self.send(offset, "delete_free_text", commit)
 

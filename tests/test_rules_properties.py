@@ -171,7 +171,7 @@ def is_malformed(commit: Commit, offset: int, table: str, version: int = 1) -> b
             return True
         if commit.schema is not None:
             return True
-    if version >= 2 and is_malformed_v2(commit):
+    if version >= 2 and is_malformed_v2(commit, version):
         return True
     if commit.replace_scope and op is not Operation.REPLACE:
         return True
@@ -201,7 +201,7 @@ V2_MAY_CARRY: dict[Operation, set[str]] = {
 }
 
 
-def is_malformed_v2(commit: Commit) -> bool:
+def is_malformed_v2(commit: Commit, version: int) -> bool:
     """PROTOCOL §4 "Field rules added by protocol 2", per commit."""
     carried = {
         name
@@ -224,7 +224,7 @@ def is_malformed_v2(commit: Commit) -> bool:
                 return True
     for tomb in commit.tombstones:
         try:
-            parse_predicate(tomb.predicate)
+            parse_predicate(tomb.predicate, lenient=version < 3)  # §4a.1: protocol 2 read leniently
         except InvalidPredicate:
             return True
     allowed = commit.table_properties.get(ALLOWED)

@@ -282,7 +282,7 @@ def malformation(
         return problem
     if problem := lifecycle.field_problem(commit):
         return problem
-    if version >= 2 and (problem := _malformation_v2(commit)):
+    if version >= 2 and (problem := _malformation_v2(commit, version)):
         return problem
     return _operation_malformation(commit)
 
@@ -307,8 +307,9 @@ def _protocol_field_malformation(commit: Commit) -> str | None:
     return None
 
 
-def _malformation_v2(commit: Commit) -> str | None:
-    """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2")."""
+def _malformation_v2(commit: Commit, version: int) -> str | None:
+    """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2"); from protocol 3 (v3) a
+    tombstone parses in the grammar exactly, protocol 2 read it leniently (§4a.1)."""
     if len({s.path for s in commit.adds}) != len(commit.adds):
         return "two added segments have the same path"
     types: dict[str, ColumnType] = {}
@@ -318,7 +319,7 @@ def _malformation_v2(commit: Commit) -> str | None:
                 return f"added segments disagree on the stats type of column {stats.column!r}"
     for i, tomb in enumerate(commit.tombstones):
         try:
-            parse_predicate(tomb.predicate)
+            parse_predicate(tomb.predicate, lenient=version < 3)
         except InvalidPredicate as exc:
             return f"tombstones[{i}]: {exc}"
     if commit.isolation is Isolation.SERIALIZABLE and commit.operation is not Operation.REPLACE:
