@@ -118,6 +118,18 @@ def test_a_losing_commit_exits_non_zero_with_the_rule(
     assert "Traceback" not in again.stderr
 
 
+def test_a_column_type_change_exits_2_not_3(config: Config, table_name: str) -> None:
+    """Issue 20 (smaller): rule 4d said "conflict, retry" (exit 3) though no retry can win."""
+    segcat(config, "table", "create", table_name)
+    segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
+    text = _append_doc("b")
+    text["adds"][0]["stats"] = [{"column": "d", "type": "STRING", "min": "a", "max": "b", "null_count": 0}]  # type: ignore[index]
+    changed = segcat(config, "commit", table_name, "-", stdin=json.dumps(text))
+    assert changed.returncode == 2, changed.stderr
+    assert "ColumnTypeConflict" in changed.stderr and "4d-column-type-change" in changed.stderr
+    assert "Traceback" not in changed.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "message", "code"),
     [
@@ -232,11 +244,34 @@ def test_describe_and_upgrade_a_protocol_1_table(config: Config, table_name: str
     assert "protocol: 1 (features: none)" in before.stdout and "cleanup.policy = compact" in before.stdout
     upgraded = segcat(config, "table", "upgrade", table_name)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "from protocol 1 to protocol 2" in upgraded.stdout
+    assert "from protocol 1 to protocol 3" in upgraded.stdout
     after = segcat(config, "table", "describe", table_name)
-    assert "protocol: 2" in after.stdout and f"location: {config.warehouse}" in after.stdout
+    assert (
+        "protocol: 3 (features: lifecycle)" in after.stdout
+        and f"location: {config.warehouse}" in after.stdout
+    )
     again = segcat(config, "table", "upgrade", table_name)
-    assert again.returncode == 0 and "already at protocol 2" in again.stdout
+    assert again.returncode == 0 and "already at protocol 3" in again.stdout
+
+
+def test_upgrade_refuses_a_table_holding_a_reserved_key_as_plain_text(
+    config: Config, table_name: str
+) -> None:
+    """PROTOCOL §3b: one line, exit 2, nothing written, and the way out; then the upgrade goes."""
+    from segcat.catalog.log.topics import TopicAdmin
+    from segcat.catalog.protocol.names import TableName
+
+    TopicAdmin(config).create(TableName.parse(table_name))
+    plain = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {"segcat.log.start": "7"}})
+    assert segcat(config, "commit", table_name, "-", stdin=plain).returncode == 0
+    refused = segcat(config, "table", "upgrade", table_name)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "MalformedCommit" in refused.stderr
+    assert "'segcat.log.start', set as plain text" in refused.stderr
+    removal = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {"segcat.log.start": None}})
+    assert segcat(config, "commit", table_name, "-", stdin=removal).returncode == 0
+    upgraded = segcat(config, "table", "upgrade", table_name)
+    assert upgraded.returncode == 0 and "to protocol 3" in upgraded.stdout, upgraded.stderr
 
 
 def test_sasl_against_a_plaintext_broker_points_at_the_security_settings(config: Config) -> None:

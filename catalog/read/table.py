@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from segcat.catalog.errors import (
     InvalidArgument,
     InvalidCommit,
     LogPruned,
+    MalformedCommit,
     ServiceUnavailable,
     TableDropped,
     VersionExpired,
@@ -380,7 +382,9 @@ class Table:
 
         Records the table's location if the log has none yet (protocol 2 needs it): the
         configured warehouse's root for this table. Returns the version of the upgrade, or
-        the current head version when the table already is at this protocol.
+        the current head version when the table already is at this protocol. A table holding
+        a reserved lifecycle property set as plain text is refused before anything is written
+        (``MalformedCommit``): the upgrade that brings the feature would be INVALID (§3b).
         """
         head = self.snapshot()
         target = versions.new_table_protocol()
@@ -390,6 +394,14 @@ class Table:
             max(target.version, head.protocol.version),
             tuple(sorted(set(target.features) | set(head.protocol.features))),
         )
+        held = () if versions.has_lifecycle(head.protocol) else lifecycle.held_as_text(head.properties)
+        if held:
+            removal = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {held[0]: None}})
+            raise MalformedCommit(
+                f"upgrade of {self.name} not sent: the table holds {held[0]!r}, set as plain text before "
+                f"it had the feature '{versions.LIFECYCLE}'; remove it first "
+                f"(`segcat commit {self.name} -` with {removal}), then upgrade"
+            )
         changes: dict[str, str | None] = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
         return self._publish(head, Operation.UPGRADE_PROTOCOL, "upgrade", changes, protocol=target)
 
