@@ -119,7 +119,10 @@ class TopicAdmin:
         if topic_md is None or (
             topic_md.error is not None and topic_md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         ):
-            raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
+            raise TableNotFound(
+                f"table {name} does not exist (no topic {name.topic}): it was never created, or it was "
+                "dropped and purged; create it first"
+            )
         if topic_md.error is not None:
             refusals.raise_refusal(topic_md.error, self._config, f"describing topic {name.topic}")
             raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
