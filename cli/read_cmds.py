@@ -136,11 +136,37 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
 @click.argument("name")
 @click.argument("from_version", type=VERSION)
 @click.argument("to_version", type=VERSION)
-@click.option("--limit", type=COUNT, default=TEXT_LIMIT, show_default=True, help="Segments to list per side.")
-def diff_cmd(name: str, from_version: int, to_version: int, limit: int) -> None:
+@click.option(
+    "--limit", type=COUNT, default=None, help=f"Segments to list per side (text: {TEXT_LIMIT}; --json: all)."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Strict JSON, named as SnapshotDiff; added_count/removed_count are the totals.",
+)
+def diff_cmd(name: str, from_version: int, to_version: int, limit: int | None, as_json: bool) -> None:
     """Segments to load and unload to move table NAME from FROM_VERSION to TO_VERSION."""
     table = Catalog(Config.load()).table(name)
     diff = table.diff(from_version, to_version)
+    if as_json:
+        added, removed = list(diff.added), list(diff.removed)
+        click.echo(
+            dumps(
+                {
+                    "table": str(table.name),
+                    "from_version": diff.from_version,
+                    "to_version": diff.to_version,
+                    "added_count": len(added),
+                    "removed_count": len(removed),
+                    "truncated": limit is not None and max(len(added), len(removed)) > limit,
+                    "added": [segment_to_json(s) for s in added[:limit]],
+                    "removed": [segment_to_json(s) for s in removed[:limit]],
+                }
+            )
+        )
+        return
+    limit = TEXT_LIMIT if limit is None else limit
     console.print(
         f"[bold]{table.name}[/] {diff.from_version} → {diff.to_version}: "
         f"[green]+{len(diff.added)}[/] load, [red]-{len(diff.removed)}[/] unload"

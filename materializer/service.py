@@ -619,16 +619,21 @@ class Materializer:
     def _measure_lag(self) -> None:
         """Every followed table's log end in one ListOffsets request (the lag gauges).
 
+        A request that succeeds is also what clears ``brokers_down`` in the health answer: with no
+        table assigned a metadata request stands in for it, or the flag would stay set forever.
+
         Asked per table through the consumer in the main loop's tick, each query queued behind
         the consumer's own fetch (``fetch.wait.max.ms``), a tick over 20 tables took about a
         second and held back the notifications of the commits that arrived meanwhile.
         """
         with self._lock:
             tables = list(self.tables.values())
-        if not tables:
-            return
         try:
-            ends = self._topic_admin().log_ends([table.name for table in tables])
+            if tables:
+                ends = self._topic_admin().log_ends([table.name for table in tables])
+            else:  # nothing to measure, but the health answer needs to know the brokers answer
+                self._topic_admin().list_tables()
+                ends = {}
         except SegcatError as exc:
             cause = exc.__cause__
             if isinstance(cause, KafkaException) and cause.args and isinstance(cause.args[0], KafkaError):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -107,6 +108,49 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
     assert "+1 load" in diff.stdout and "-2 unload" in diff.stdout
 
 
+def test_diff_table_list_and_describe_answer_strict_json_named_as_the_python_api(
+    config: Config, table_name: str
+) -> None:
+    """``diff``, ``table list`` and ``table describe`` had no --json (issue 20)."""
+    from segcat.catalog.read.table import Catalog
+
+    assert segcat(config, "table", "create", table_name).returncode == 0
+    first = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a", "b")))
+    v1 = int(first.stdout.rsplit("version", 1)[1])
+    second = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("c")))
+    v2 = int(second.stdout.rsplit("version", 1)[1])
+
+    diff = _object(segcat(config, "diff", table_name, str(v1), str(v2), "--json").stdout)
+    expected = Catalog(config).table(table_name).diff(v1, v2)
+    assert (diff["table"], diff["from_version"], diff["to_version"]) == (table_name, v1, v2)
+    assert [s["segment_id"] for s in diff["added"]] == [s.segment_id for s in expected.added] == ["c"]
+    assert (diff["added_count"], diff["removed_count"], diff["removed"]) == (1, 0, [])
+    assert diff["truncated"] is False
+    back = _object(segcat(config, "diff", table_name, str(v2), "-1", "--json", "--limit", "1").stdout)
+    assert (back["removed_count"], len(back["removed"]), back["truncated"]) == (3, 1, True)
+
+    listed = _object(segcat(config, "table", "list", "--json").stdout)
+    assert table_name in listed["tables"]
+
+    described = _object(segcat(config, "table", "describe", table_name, "--json").stdout)
+    table = Catalog(config).table(table_name)
+    assert described["table"] == table_name and described["head_offset"] == table.head_offset() == v2
+    assert described["protocol"] == {
+        "version": table.protocol().version,
+        "features": list(table.protocol().features),
+    }
+    assert described["location"] == table.location()
+    assert (described["dropped"], described["version"]) == (False, v2)
+    topic = described["topic"]
+    assert topic["name"] == f"segcat.{table_name}" and topic["partitions"] == 1
+    assert topic["config"]["cleanup.policy"] == "compact"
+
+    missing = segcat(config, "table", "describe", "no_such.table_here", "--json")
+    assert missing.returncode == 4 and missing.stdout == "" and "TableNotFound" in missing.stderr
+    beyond = segcat(config, "diff", table_name, "0", str(v2 + 5), "--json")
+    assert beyond.returncode == 4 and beyond.stdout == "" and "VersionNotFound" in beyond.stderr
+
+
 def test_a_losing_commit_exits_non_zero_with_the_rule(
     config: Config, table_name: str, tmp_path: Path
 ) -> None:
@@ -163,6 +207,13 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(
     assert message in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert segcat(config, "log", table_name, "--json").stdout == before
+
+
+def _object(text: str) -> dict[str, Any]:
+    """One strict JSON object."""
+    parsed = _strict(text)
+    assert isinstance(parsed, dict), text
+    return parsed
 
 
 def _strict(text: str) -> object:

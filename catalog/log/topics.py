@@ -31,6 +31,21 @@ MIN_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 """Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+STALE_LEADER_CODES = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._NOENT,
+    }
+)
+"""ListOffsets errors that mean "the leader (or its epoch) this client has cached is out of date".
+
+The admin client sends the leader epoch of its metadata cache, and nothing refreshes that cache
+for it: after a broker restart (or a partition's leader moving) every ListOffsets was refused
+with FENCED_LEADER_EPOCH until the process restarted. ``_NOENT`` is librdkafka's "no leaders
+found", the same stale cache seen while the partition had no leader."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,10 @@ class TopicAdmin:
         if topic_md is None or (
             topic_md.error is not None and topic_md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
         ):
-            raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
+            raise TableNotFound(
+                f"table {name} does not exist (no topic {name.topic}): it was never created, or it was "
+                "dropped and purged; create it first"
+            )
         if topic_md.error is not None:
             refusals.raise_refusal(topic_md.error, self._config, f"describing topic {name.topic}")
             raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
@@ -169,10 +187,15 @@ class TopicAdmin:
         """The offset ``spec`` names in each table's partition, in one request (-1 where Kafka has none)."""
         if not names:
             return {}
-        wanted = {TopicPartition(name.topic, 0): spec for name in names}
         try:
-            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
-            found = {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
+            try:
+                found = self._ask_offsets(names, spec)
+            except KafkaException as exc:
+                err = refusals.kafka_error(exc)
+                if err is None or err.code() not in STALE_LEADER_CODES:
+                    raise
+                self._refresh_metadata()  # learn the current leaders and epochs, then ask once more
+                found = self._ask_offsets(names, spec)
         except concurrent.futures.TimeoutError as exc:  # not a KafkaException: say it like the others
             raise ServiceUnavailable(
                 f"cannot {what} {len(names)} tables: no answer within {self._timeout:g} s; "
@@ -184,6 +207,16 @@ class TopicAdmin:
                 f"cannot {what} {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
             ) from exc
         return {name: found[name.topic] for name in names}
+
+    def _ask_offsets(self, names: list[TableName], spec: OffsetSpec) -> dict[str, int]:
+        wanted = {TopicPartition(name.topic, 0): spec for name in names}
+        futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+        return {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
+
+    def _refresh_metadata(self) -> None:
+        """One metadata request for every topic: librdkafka updates its cache from the answer
+        (leaders and leader epochs), which the admin client otherwise never refreshes."""
+        self._list(None)
 
     def delete(self, name: TableName) -> None:
         future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]
