@@ -157,6 +157,9 @@ _FLUSH_BEFORE_PARKING = {"rules", "archive", "keyframe"}
 
 LAG_TIMEOUT_S = 2.0
 """How long a tick waits for the tables' log ends (the lag gauges) before leaving them as they are."""
+ID_CHECK_S = 5.0
+"""How often the lag thread asks for the followed topics' ids (a topic created anew under a
+table's name is followed within about this long; readers never take its values meanwhile)."""
 
 
 def check_pattern(pattern: str) -> str:
@@ -221,6 +224,7 @@ class Materializer:
         """For the main loop: which log each table's topic is (``_identify``)."""
         self._known_ids: dict[str, str | None] = {}
         """Topic ids asked for a whole assignment at once, each taken by its table's recovery."""
+        self._ids_checked_at = 0.0
         self._recreated: dict[str, str] = {}
         """Topics the lag thread found with another topic id than their table's image: the main
         loop recovers them (the topic was deleted and created again under the same name)."""
@@ -286,7 +290,7 @@ class Materializer:
         try:
             found = self._ids_topic_admin().topic_ids(names)
         except SegcatError as exc:
-            log.warning("topic ids unavailable", extra={"error": str(exc)})
+            log.info("topic ids unavailable; each recovery asks again", extra={"error": str(exc)})
             return
         self._known_ids.update({name.topic: topic_id for name, topic_id in found.items()})
 
@@ -697,9 +701,9 @@ class Materializer:
             tables = list(self.tables.values())
         if not tables:
             return
+        self._check_topic_ids(tables)
         try:
             ends = self._topic_admin().log_ends([table.name for table in tables])
-            ids = self._topic_admin().topic_ids([table.name for table in tables])
         except SegcatError as exc:
             cause = exc.__cause__
             if isinstance(cause, KafkaException) and cause.args and isinstance(cause.args[0], KafkaError):
@@ -708,6 +712,25 @@ class Materializer:
                 log.warning("log ends unavailable", extra={"error": str(exc)})
             return
         self._brokers_down = False
+        for table in tables:
+            high = ends.get(table.name, -1)
+            if high >= 0:
+                metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
+
+    def _check_topic_ids(self, tables: list[TableMaterializer]) -> None:
+        """Every ``ID_CHECK_S``, each followed table's topic id in one request: a table whose topic
+        was deleted and created again while assigned here is handed to the main loop to recover
+        (``_follow_recreated``). A check that fails waits for the next one (said at INFO: the lag
+        gauges already report an unreachable Kafka)."""
+        now = time.monotonic()
+        if now - self._ids_checked_at < ID_CHECK_S:
+            return
+        self._ids_checked_at = now
+        try:
+            ids = self._topic_admin().topic_ids([table.name for table in tables])
+        except SegcatError as exc:
+            log.info("topic ids unavailable", extra={"error": str(exc)})
+            return
         recreated = {
             t.name.topic: found
             for t in tables
@@ -716,10 +739,6 @@ class Materializer:
         if recreated:
             with self._lock:
                 self._recreated.update(recreated)
-        for table in tables:
-            high = ends.get(table.name, -1)
-            if high >= 0:
-                metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
 
     def _topic_admin(self) -> TopicAdmin:
         if self._admin is None:  # a short timeout: the tick must not hang while brokers are away

@@ -17,6 +17,7 @@ from confluent_kafka import Uuid
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptArchive, CorruptKeyFrame
+from segcat.catalog.log import ownership
 from segcat.catalog.log.topics import topic_id_text
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, LogRecord, Operation
@@ -262,3 +263,117 @@ def test_readers_never_take_another_logs_values(redis_store: RedisStore, table: 
     for bound in (None, 5, 7, 8):
         assert lookup.from_redis(redis_store, table, bound, log_id=NEW) is None
         assert lookup.from_redis(redis_store, table, bound, probe=False, log_id=NEW) is None
+
+
+# ---------------------------------------------------------------------- whose the flat layout is
+
+
+class _Log:
+    """A table's log as Kafka holds it now: the offsets from ``low``, some compacted away."""
+
+    def __init__(self, records: list[LogRecord], low: int = 0, high: int | None = None) -> None:
+        self._records = {r.offset: r for r in records if r.offset >= low}
+        self._low = low
+        self._high = (records[-1].offset + 1) if high is None else high
+
+    def __enter__(self) -> _Log:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def watermarks(self) -> tuple[int, int]:
+        return self._low, self._high
+
+    def read(self, start: int, end: int) -> Iterator[LogRecord]:
+        later = sorted(o for o in self._records if start <= o < self._high)
+        if later and later[0] < end:
+            yield self._records[later[0]]
+
+
+def _flat_history(store: ObjectStore, records: list[LogRecord], frame_at: int) -> TableFiles:
+    """Objects from before the binding: an archive of ``records`` and a key frame at ``frame_at``."""
+    flat = TableFiles(store, NAME)
+    commits = []
+    for record in records:
+        commit = codec.decode_commit(record.value or b"")
+        assert record.value is not None
+        commits.append(
+            ArchivedCommit(record.offset, record.timestamp_ms, commit.commit_id, "APPEND", record.value)
+        )
+    flat.write_archive(0, records[-1].offset, commits)
+    flat.write_keyframe(keyframe.build(_state(frame_at + 1, records)), frame_at)
+    return flat
+
+
+def _settle(
+    store: ObjectStore, log: _Log, monkeypatch: pytest.MonkeyPatch, log_id: str = NEW
+) -> FlatClaim | None:
+    monkeypatch.setattr(ownership, "LogReader", lambda config, name: log)
+    return ownership.settle_flat_layout(Config.load(env={}), TableFiles(store, NAME, log_id))
+
+
+def test_flat_objects_of_the_same_log_are_adopted(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = _records(6)
+    _flat_history(store, records[:4], 3)
+    claim = _settle(store, _Log(records), monkeypatch)
+    assert claim is not None and claim.log_id == NEW and "offset 3" in claim.reason
+    assert TableFiles(store, NAME, NEW).base == "ns/t/_catalog"
+    assert TableFiles(store, NAME).read_claim() == claim  # written, for every later handle
+
+
+def test_flat_objects_of_another_log_are_refused(store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, new = _records(6), _records(6)
+    _flat_history(store, old[:4], 3)
+    claim = _settle(store, _Log(new), monkeypatch)  # same offsets, other commits
+    assert claim is not None and claim.log_id is None
+    assert TableFiles(store, NAME, NEW).base == f"ns/t/_catalog/logs/{NEW}"
+
+
+def test_flat_objects_beyond_the_logs_end_are_another_logs(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _flat_history(store, _records(9), 8)
+    claim = _settle(store, _Log(_records(2)), monkeypatch)
+    assert claim is not None and claim.log_id is None and "ends at offset 1" in claim.reason
+
+
+def test_a_compacted_frame_record_falls_back_to_the_archived_ones(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = _records(6)
+    _flat_history(store, records[:4], 3)
+    held = [r for r in records if r.offset != 3]  # the frame's record was compacted away
+    claim = _settle(store, _Log(held), monkeypatch)
+    assert claim is not None and claim.log_id == NEW and "archived" in claim.reason
+
+
+def test_a_log_pruned_right_after_its_objects_is_the_same_log(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = _records(8)
+    _flat_history(store, records[:4], 3)
+    claim = _settle(store, _Log(records, low=4), monkeypatch)
+    assert claim is not None and claim.log_id == NEW
+
+
+def test_flat_objects_nothing_can_be_compared_with_stay_unread(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    records = _records(9)
+    _flat_history(store, records[:4], 3)
+    assert _settle(store, _Log(records, low=6), monkeypatch) is None  # a gap: 4 and 5 are nowhere
+    assert TableFiles(store, NAME).read_claim() is None
+    assert TableFiles(store, NAME, NEW).base == f"ns/t/_catalog/logs/{NEW}"
+    assert any("cannot be checked against the log" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unbound_log_or_an_empty_flat_layout_decides_nothing(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ownership, "LogReader", lambda config, name: pytest.fail("no log to read"))
+    assert ownership.settle_flat_layout(Config.load(env={}), TableFiles(store, NAME, NEW)) is None
+    _flat_history(store, _records(2), 1)
+    assert ownership.settle_flat_layout(Config.load(env={}), TableFiles(store, NAME)) is None

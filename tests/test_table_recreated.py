@@ -301,3 +301,28 @@ def test_unclaimed_flat_objects_of_another_log_are_found_foreign(mconfig: Config
     assert claim is not None and claim.log_id is None, claim
     assert created.log_id is not None
     assert_outputs_match_clean_replay(mconfig, table)
+
+
+def test_the_spark_sources_planner_never_follows_the_old_tables_objects(mconfig: Config) -> None:
+    """The streaming source's planner starts from key frames and archives: bound to the topic's log,
+    it lists the new table's versions only (before: the old table's archived versions 0..6)."""
+    from segcat.spark_integration.datasource import VersionFollower
+
+    ns, _ = namespace()
+    table = f"{ns}.t"
+    catalog = Catalog(mconfig)
+    catalog.create_table(table)
+    with TableWriter(mconfig, table) as writer:
+        for i in range(6):
+            writer.append([segment(f"old{i}")])
+    _write_flat_history(mconfig, table)
+    _delete_topic(mconfig, table)
+    _create_again(catalog, table)
+    with TableWriter(mconfig, table) as writer:
+        writer.append([segment("new0")])
+    follower = VersionFollower(mconfig, TableName.parse(table))
+    try:
+        rows = follower.accepted_after(-1)
+    finally:
+        follower.close()
+    assert [(row[1], row[6]) for row in rows] == [(0, []), (1, ["new0"])]
