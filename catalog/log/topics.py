@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import socket
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from segcat.catalog.errors import (
     InvalidArgument,
     InvalidTableName,
     MisconfiguredTable,
+    SegcatError,
     ServiceUnavailable,
     TableAlreadyExists,
     TableNotFound,
@@ -108,13 +110,18 @@ class TopicAdmin:
             ) from exc
         # creation is acknowledged before every broker's metadata shows the topic: wait for it
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                return self.describe(name)
-            except TableNotFound:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        try:
+            while True:
+                try:
+                    return self.describe(name)
+                except TableNotFound:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        except SegcatError:
+            with contextlib.suppress(SegcatError):
+                self.delete(name)  # created but never seen whole: no half-created table
+            raise
 
     def describe(self, name: TableName) -> TopicInfo:
         """The topic's layout and id; raises if it breaks docs/PROTOCOL.md §1 (partitions,

@@ -113,14 +113,14 @@ class Catalog:
             )
             offset = produce_commit(self.config, parsed, commit, info.max_message_bytes)
             table.expect_accepted(commit, offset)
-        except SegcatError as exc:
+        except BaseException as exc:  # interrupted too: no topic without its first commit
             self._undo_creation(parsed, exc)
             raise
         return table
 
-    def _undo_creation(self, name: TableName, exc: SegcatError) -> None:
+    def _undo_creation(self, name: TableName, exc: BaseException) -> None:
         """No half-created table: a topic whose first commit did not take is deleted again, and
-        the error says so (or names the topic to delete by hand when that failed too)."""
+        a typed error says so (or names the topic to delete by hand when that failed too)."""
         try:
             self.admin.delete(name)
         except SegcatError as failed:
@@ -130,7 +130,8 @@ class Catalog:
             )
         else:
             note = f"creating {name} failed; its topic was deleted again, nothing was created"
-        exc.args = (f"{exc} ({note})", *exc.args[1:])
+        if isinstance(exc, SegcatError):
+            exc.args = (f"{exc} ({note})", *exc.args[1:])
 
     def table(self, name: str | TableName) -> Table:
         """Open an existing table; refuses a misconfigured topic before anything is read."""
