@@ -377,3 +377,55 @@ def test_an_unbound_log_or_an_empty_flat_layout_decides_nothing(
     assert ownership.settle_flat_layout(Config.load(env={}), TableFiles(store, NAME, NEW)) is None
     _flat_history(store, _records(2), 1)
     assert ownership.settle_flat_layout(Config.load(env={}), TableFiles(store, NAME)) is None
+
+
+_OWNERS = {"absent": None, "mine": NEW, "other": OLD, "unbound": ""}
+
+
+def _plant(store: RedisStore, table: str, head: str, frame: str) -> None:
+    """A head and a key frame of the given owners (``unbound``: written before the binding), and a
+    stream entry of the head's owner."""
+    client = store.client
+    if head != "absent":
+        fields = {"offset": 5, "version": 5, "commit_id": "c", "timestamp_ms": 1, "live_count": 1}
+        fields |= {"live_bytes": 1, "live_rows": 1, "keyframe_version": 3}
+        if head != "unbound":
+            fields["log_id"] = _OWNERS[head]
+        client.hset(keys.head_key(table), mapping=fields)
+        client.xadd(
+            keys.deltas_key(table), {"version": 5, "prev_version": 4, "ts": 1, "value": head}, id="6-0"
+        )
+    if frame != "absent":
+        fields = {"version": 3, "sha256": "crc32:00000000", "data": b"x"}
+        if frame != "unbound":
+            fields["log_id"] = _OWNERS[frame]
+        client.hset(keys.keyframe_key(table), mapping=fields)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("write", ["record", "keyframe"])
+@pytest.mark.parametrize("frame", list(_OWNERS))
+@pytest.mark.parametrize("head", list(_OWNERS))
+def test_after_a_write_for_a_log_redis_holds_nothing_of_another(
+    redis_store: RedisStore, table: str, head: str, frame: str, write: str
+) -> None:
+    """Every mix of owners a head and a key frame can have: after one write for log NEW, what is
+    left is NEW's (head, key frame, stream); what was NEW's alone is kept (its compare-and-sets)."""
+    _plant(redis_store, table, head, frame)
+    if write == "record":
+        redis_store.advance_head(table, _head(1, NEW))
+    else:
+        ipc = keyframe.to_ipc(keyframe.build(_state(2), log_id=NEW))
+        redis_store.put_keyframe(table, 1, ipc, log_id=NEW)
+    client = redis_store.client
+    owners = {client.hget(keys.head_key(table), "log_id"), client.hget(keys.keyframe_key(table), "log_id")}
+    assert owners <= {None, NEW.encode()}
+    entries = [fields[b"value"] for _, fields in client.xrange(keys.deltas_key(table))]
+    assert set(entries) <= {b"mine"}
+    ours = {head, frame} <= {"mine", "absent"} and {head, frame} != {"absent"}
+    if ours:  # the same log: nothing was cleared, and nothing moved back
+        assert client.hget(keys.head_key(table), "offset") == (
+            b"5" if head == "mine" else b"1" if write == "record" else None
+        )
+        if frame == "mine":
+            assert client.hget(keys.keyframe_key(table), "version") == b"3"
