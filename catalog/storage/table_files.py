@@ -165,7 +165,8 @@ class TableFiles:
             return None
 
     def write_claim(self, claim: FlatClaim) -> None:
-        """Record whose the flat layout is (only ``ownership.settle_flat_layout`` decides that)."""
+        """Record whose the flat layout is: ``ownership.settle_flat_layout`` decides it once (an
+        operator adopting objects that cannot be compared writes it by hand, docs/OPERATIONS.md)."""
         body = {"log_id": check_log_id(claim.log_id), "reason": claim.reason}
         payload = {**body, "checksum": _body_checksum(body)}
         self.store.put(self.claim_path, json.dumps(payload, sort_keys=True, indent=1).encode() + b"\n")
