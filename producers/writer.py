@@ -182,7 +182,11 @@ class TableWriter:
         self._lock = threading.RLock()
         """Guards the image: held while it changes and while a commit is prejudged and produced."""
         self._producer = Producer(producer_config(config, info.max_message_bytes, linger_ms=LINGER_MS))
-        files = TableFiles(ObjectStore.from_config(config), self.name) if from_keyframe else None
+        # bound to this topic's log: a key frame or archive of a table that had the name before
+        # is never this writer's image (docs/PROTOCOL.md §6, *Which log*)
+        files = (
+            TableFiles(ObjectStore.from_config(config), self.name, info.topic_id) if from_keyframe else None
+        )
         self._follower = Follower.from_keyframe(config, self.name, files, full=True, guard=self._lock)
         self._caught_up = False
         """Whether the image has read the log's end at least once (before that it is a key frame's)."""

@@ -31,14 +31,17 @@ Ctx = Annotated[ServerContext, Depends(context)]
 Version = Annotated[int | None, Query(ge=0, le=MAX_VERSION, description="A version (log offset).")]
 
 
-def _redis_head(ctx: ServerContext, name: str) -> Head | None:
+def _redis_head(ctx: ServerContext, name: str, log_id: str | None) -> Head | None:
+    """The materialized head of the table's log ``log_id`` (None: none, Redis down, or a head of
+    another log: a table that had this name before, docs/PROTOCOL.md §6)."""
     redis = ctx.tables.catalog.redis
     if redis is None:
         return None
     try:
-        return redis.head(name)
+        head = redis.head(name)
     except ServiceUnavailable:
         return None
+    return head if head is None or log_id is None or head.log_id == log_id else None
 
 
 def _as_of(text: str | None) -> int | None:
@@ -56,11 +59,12 @@ def list_tables(ctx: Ctx) -> dict[str, Any]:
     a table's trouble (a misconfigured topic, say) is its entry's ``error``, never the list's."""
     names = ctx.tables.names()
     ends = ctx.tables.catalog.admin.log_ends(names)
+    ids = ctx.tables.catalog.admin.topic_ids(names)
     out = []
     for name in names:
         qualified = name.qualified
         end = ends.get(name, -1)
-        head = _redis_head(ctx, qualified)
+        head = _redis_head(ctx, qualified, ids.get(name))
         entry = views.head_from_redis(qualified, head, end)
         try:
             entry["activity"] = ctx.activity.activity(
@@ -78,7 +82,7 @@ def table_head(table: str, ctx: Ctx) -> dict[str, Any]:
     opened = ctx.tables.open(table)
     end = opened.log_end()
     snap = opened.snapshot(end, include_dropped=True) if end >= 0 else opened.snapshot(include_dropped=True)
-    head = views.head_from_snapshot(snap, _redis_head(ctx, opened.name.qualified), end)
+    head = views.head_from_snapshot(snap, _redis_head(ctx, opened.name.qualified, opened.log_id), end)
     head["activity"] = ctx.activity.activity(opened.name.qualified, end, lambda: opened)
     return head
 

@@ -270,6 +270,8 @@ class FeedHub:
             for feed in feeds:
                 try:
                     head = self._catalog.redis.head(feed.name) if self._catalog.redis is not None else None
+                    if head is not None and feed.table.log_id not in (None, head.log_id):
+                        head = None  # another log's (a table that had this name before)
                     materialized = -1 if head is None else head.offset
                     feed.judge_stalled(ends.get(feed.table.name, -1), materialized, time.monotonic())
                 except SegcatError as exc:

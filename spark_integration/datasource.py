@@ -83,6 +83,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
@@ -151,6 +152,17 @@ class VersionFollower:
         self._after = -1
         """Every accepted version in (``_after``, the image's offset] is in ``_rows``."""
         self._rows: dict[int, VersionRow] = {}
+        self._log_id: str | None = None
+        self._identified = False
+
+    @property
+    def log_id(self) -> str | None:
+        """Which log is followed: the topic id, asked once (key frames, archives and Redis heads of
+        any other log, a table that had the name before, are never taken)."""
+        if not self._identified:
+            self._log_id = TopicAdmin(self._config).describe(self._name).topic_id
+            self._identified = True
+        return self._log_id
 
     def close(self) -> None:
         if self._follower is not None:
@@ -177,7 +189,7 @@ class VersionFollower:
         if self._follower is not None:
             self._follower.close()
             self._follower = None
-        files = TableFiles(ObjectStore.from_config(self._config), self._name)
+        files = TableFiles(ObjectStore.from_config(self._config), self._name, self.log_id)
         follower = Follower.from_keyframe(self._config, self._name, files, at_most=after)
         if follower.state.version < after:
             follower.catch_up(after, exact=True)
@@ -479,8 +491,9 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
             self._redis = RedisStore.from_config(self._options.config())
         return self._redis
 
-    def _redis_head_offset(self) -> int | None:
-        """How far the materializer has judged the log (Redis head's offset), or None: ask Kafka."""
+    def _redis_head_offset(self, log_id: str | None) -> int | None:
+        """How far the materializer has judged the log (Redis head's offset), or None: ask Kafka
+        (also when the head is of another log than ``log_id``: a table that had the name before)."""
         now = time.monotonic()
         if now < self._redis_down_until or now < self._head_ignored_until:
             return None
@@ -500,12 +513,14 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
                 REDIS_RETRY_S,
             )
             return None
-        return None if head is None else head.offset
+        if head is None or (log_id is not None and head.log_id != log_id):
+            return None
+        return head.offset
 
     def _judge_to_end(self, follower: VersionFollower, after: int) -> None:
         """Judge the log as far as it is known to go: Redis' head, or Kafka's end (module docstring)."""
         if self._latest_from == "redis":
-            hint = self._redis_head_offset()
+            hint = self._redis_head_offset(follower.log_id)
             now = time.monotonic()
             known = max(after, follower.judged)
             fresh = now - self._kafka_at < self._kafka_check_s
