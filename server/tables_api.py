@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from segcat.catalog.errors import InvalidArgument, SegcatError, ServiceUnavailable
 from segcat.catalog.protocol.jsonio import dumps
+from segcat.catalog.protocol.names import check_identifier
 from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read import snapshot_json
@@ -60,14 +61,21 @@ FALLBACK_BUDGET_S = 20.0
 """How long the overview waits for the heads it reads from the log when Redis does not answer."""
 
 
-@router.get("", summary="Every table with its materialized head")
-def list_tables(ctx: Ctx) -> dict[str, Any]:
+@router.get("", summary="Every table (of a namespace) with its materialized head")
+def list_tables(
+    ctx: Ctx,
+    namespace: Annotated[
+        str | None, Query(max_length=100, description="Only this namespace's tables.")
+    ] = None,
+) -> dict[str, Any]:
     """Cheap for many tables: one metadata and one ListOffsets request, one Redis read per table;
     a table's trouble (a misconfigured topic, say) is its entry's ``error``, never the list's.
     When Redis does not answer (its calls are time-boxed: ``redis_gate``), each table's head is
     read as the reader reads it without Redis (object storage, then the log), a few tables at a
     time, within ``FALLBACK_BUDGET_S``."""
-    names = ctx.tables.names()
+    if namespace is not None:
+        check_identifier(namespace, "namespace")
+    names = [n for n in ctx.tables.names() if namespace is None or n.namespace == namespace]
     ends = ctx.tables.catalog.admin.log_ends(names)
     redis = ctx.tables.catalog.redis
     entries: dict[str, dict[str, Any]] = {}
