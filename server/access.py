@@ -33,10 +33,6 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
 OPEN_PREFIXES = ("/static/", "/tables/")
 
 
-MAX_QUERY = 32 * 1024
-"""The longest query string answered (a ``where`` predicate is at most 16,384 characters)."""
-
-
 class AccessControl:
     def __init__(
         self, app: ASGIApp, token: str | None, metrics: ServeMetrics, hosts: frozenset[str] = frozenset()
@@ -62,11 +58,6 @@ class AccessControl:
             await send(message)
 
         try:
-            if len(scope.get("query_string", b"")) > MAX_QUERY:
-                await refuse(
-                    observed, 414, "uri_too_long", f"the query string is longer than {MAX_QUERY} bytes"
-                )
-                return
             if self.token is None and not self._host_allowed(scope):
                 await refuse(
                     observed,

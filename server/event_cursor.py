@@ -104,6 +104,7 @@ def rebase(
     cursor: Cursor,
     newest_ms: int,
     no_version_between: Callable[[str, int, int], bool],
+    margin_ms: int = CLOCK_MARGIN_MS,
 ) -> Rebase | None:
     """A start time S' after the cursor's S that resumes exactly as the cursor does, or None.
 
@@ -111,10 +112,10 @@ def rebase(
     as after its version at S only if it has no record in (S, S'], so S' is refused if one does.
     A named table at version v may leave the cursor when its last record at or before S' is v
     (or every record after v up to there was not accepted: ``no_version_between``). S' lies
-    ``CLOCK_MARGIN_MS`` before both this server's clock and the newest broker time the stream
+    ``margin_ms`` before both this server's clock and the newest broker time the stream
     delivered. Three ListOffsets requests; ``names`` are the catalog's tables now.
     """
-    start = min(int(time.time() * 1000), newest_ms) - CLOCK_MARGIN_MS
+    start = min(int(time.time() * 1000), newest_ms) - margin_ms
     if start <= cursor.start_ms or not names:
         return None
     positions = dict(cursor.positions)

@@ -1,8 +1,9 @@
 """The HTTP layer's bound on a request's head (request line and headers), before the app sees it.
 
 uvicorn's httptools protocol collects every header a client sends, however many and however long;
-this one stops reading a request whose head passes ``MAX_HEAD`` bytes and answers 431 with the
-API's error body, so one request cannot make the server hold megabytes of headers. (Everything a
+this one stops reading a request whose head passes ``MAX_HEAD`` bytes (431) or whose URL passes
+``MAX_URL`` (414), answering with the API's error body, so one request cannot make the server
+hold megabytes of headers. (Everything a
 legitimate request carries fits: the longest is an all-tables ``Last-Event-ID`` cursor, whose own
 bound is smaller.) A request the parser refuses for any other reason gets the error body too.
 """
@@ -13,8 +14,10 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-MAX_HEAD = 128 * 1024
+MAX_HEAD = 256 * 1024
 """Request line plus headers, in bytes."""
+MAX_URL = 60 * 1024
+"""The request target (path and query), in bytes: httptools cannot parse one of 64 KiB or more."""
 
 
 class HeadTooLarge(Exception):
@@ -23,13 +26,19 @@ class HeadTooLarge(Exception):
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     _head_bytes = 0
+    _url_bytes = 0
     _too_large = False
+    _url_too_long = False
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_bytes = 0
+        self._head_bytes = self._url_bytes = 0
 
     def on_url(self, url: bytes) -> None:
+        self._url_bytes += len(url)
+        if self._url_bytes > MAX_URL:
+            self._url_too_long = True
+            raise HeadTooLarge
         self._count(len(url))
         super().on_url(url)
 
@@ -44,7 +53,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             raise HeadTooLarge
 
     def send_400_response(self, msg: str) -> None:
-        if self._too_large:
+        if self._url_too_long:
+            status, kind = 414, "uri_too_long"
+            message = f"the URL is longer than {MAX_URL} bytes (send an event cursor as Last-Event-ID)"
+        elif self._too_large:
             status, kind = 431, "request_header_fields_too_large"
             message = f"the request line and headers are longer than {MAX_HEAD} bytes"
         else:

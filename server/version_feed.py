@@ -379,6 +379,16 @@ class FeedHub:
             self._scout = TableScout(self._catalog, self.moved)
         return self.feeds(), queue
 
+    @property
+    def streams(self) -> int:
+        """All-tables streams open now."""
+        return len(self._listeners)
+
+    @property
+    def opening(self) -> frozenset[str]:
+        """Tables whose feed is being opened because they moved."""
+        return frozenset(self._opening)
+
     def latest_ends(self) -> dict[TableName, int]:
         """Every table's log end as the scout last saw it (empty before its first probe)."""
         return {} if self._scout is None else self._scout.ends

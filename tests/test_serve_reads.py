@@ -84,9 +84,12 @@ def test_snapshots_carry_what_a_reader_needs_to_apply_soft_deletes(config: Confi
         meta = {k.decode(): json.loads(v) for k, v in (got.schema.metadata or {}).items()}
         assert meta["segcat.tombstones"] == head["tombstones"]
         assert meta["segcat.version"] == later and meta["segcat.tombstones_apply"] is True
-        assert dict(zip(got.column("segment_id").to_pylist(), got.column("added_version").to_pylist())) == added
+        ids, versions = got.column("segment_id").to_pylist(), got.column("added_version").to_pylist()
+        assert dict(zip(ids, versions, strict=True)) == added
         assert arrow.headers["x-segcat-tombstones"] == "1"
-        pruned = httpx.get(f"{api}/snapshot", params={"where": "id > 5"}, headers={"Accept": ARROW}, timeout=60)
+        pruned = httpx.get(
+            f"{api}/snapshot", params={"where": "id > 5"}, headers={"Accept": ARROW}, timeout=60
+        )
         pruned_meta = pa.ipc.open_stream(pruned.content).read_all().schema.metadata or {}
         assert json.loads(pruned_meta[b"segcat.tombstones"]) == head["tombstones"]  # pruning keeps them
 
