@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -29,14 +30,15 @@ SKIP_S = 5.0
 
 
 class TimeBoxedRedis(RedisStore):
-    _skip_until = 0.0
-    _gate = threading.Lock()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._skip_until = 0.0
+        self._gate = threading.Lock()
 
     @classmethod
     def for_server(cls, config: Config) -> TimeBoxedRedis:
         store = cls.from_config(config, socket_timeout_s=TIMEOUT_S)
         assert isinstance(store, TimeBoxedRedis)
-        store._gate = threading.Lock()
         return store
 
     @property

@@ -130,6 +130,7 @@ class CatchUpPages:
         if task is None:
             # a task of its own: a client that leaves mid-page does not fail the others waiting
             task = self._loading[key] = asyncio.ensure_future(self._judge(key))
+            task.add_done_callback(_retrieved)  # every waiter may have left: the error is theirs
         return key[1], await asyncio.shield(task)
 
     async def _judge(self, key: tuple[int, int]) -> list[VersionChange]:
@@ -142,6 +143,11 @@ class CatchUpPages:
         while len(self._pages) > self._keep:
             self._pages.popitem(last=False)
         return changes
+
+
+def _retrieved(task: asyncio.Task[list[VersionChange]]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class TableFeed:
