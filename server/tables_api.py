@@ -183,10 +183,11 @@ def snapshot(
     snap = opened.snapshot(version, _as_of(as_of))
     note = snap.note or snapshot_json.version_note(opened, version, snap)
     total, rows, size = snap.live_count, snap.live_rows, snap.live_bytes
+    applies = snapshot_json.tombstones_apply(snap)
     if predicate is not None:
         snap = snap.prune(predicate)
     if ARROW_STREAM in request.headers.get("accept", ""):
-        return _arrow(snap, total, note)
+        return _arrow(snap, total, note, applies)
     page = snap.segment_page(after, limit)
     next_url = None
     if len(page) == limit and snap.segment_page(page[-1].segment_id, 1):
@@ -194,7 +195,7 @@ def snapshot(
         if where is not None:
             query["where"] = where
         next_url = f"{request.url.path}?{urlencode(query)}"
-    shown = snapshot_json.document(snap, page, note)
+    shown = snapshot_json.document(snap, page, note, applies)
     return _json(
         {
             "table": shown["table"],
@@ -221,11 +222,11 @@ def _json(document: dict[str, Any]) -> Response:
     return Response(dumps(document).encode(), media_type="application/json")
 
 
-def _arrow(snap: Snapshot, total: int, note: str | None) -> Response:
+def _arrow(snap: Snapshot, total: int, note: str | None, applies: bool) -> Response:
     """The (pruned) segments as one Arrow IPC stream; the version, note and tombstones ride in the
     schema's metadata (``segcat.*`` keys, JSON values), each segment's ``added_version`` is a column."""
     segments = snap.segments
-    schema = segments.schema.with_metadata(snapshot_json.arrow_metadata(snap, note))
+    schema = segments.schema.with_metadata(snapshot_json.arrow_metadata(snap, note, applies))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_table(segments.replace_schema_metadata(schema.metadata))

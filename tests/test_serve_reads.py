@@ -92,6 +92,8 @@ def test_snapshots_carry_what_a_reader_needs_to_apply_soft_deletes(config: Confi
         )
         pruned_meta = pa.ipc.open_stream(pruned.content).read_all().schema.metadata or {}
         assert json.loads(pruned_meta[b"segcat.tombstones"]) == head["tombstones"]  # pruning keeps them
+        only_c = httpx.get(f"{api}/snapshot", params={"where": "partition = 'x'"}, timeout=60).json()
+        assert only_c["tombstones_apply"] is True  # of the version, whatever the pruning
 
         # a diff says what a client moving between the versions must apply
         diff = httpx.get(f"{api}/diff", params={"from": first, "to": later}, timeout=60).json()

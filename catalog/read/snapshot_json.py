@@ -77,21 +77,26 @@ def version_note(table: Table, asked: int | None, snap: Snapshot) -> str | None:
     return f"offset {asked} is not a version: its record is {what}; {answered}"
 
 
-def document(snap: Snapshot, listed: Sequence[Segment], note: str | None = None) -> dict[str, Any]:
+def document(
+    snap: Snapshot, listed: Sequence[Segment], note: str | None = None, applies: bool | None = None
+) -> dict[str, Any]:
     """What every snapshot answer carries: the version, why it is the one answered, the
-    tombstones and the listed segments (with ``added_version``)."""
+    tombstones and the listed segments (with ``added_version``). ``applies``: ``tombstones_apply``
+    of the whole snapshot when ``snap`` is a pruned one."""
     return {
         "table": snap.table,
         "version": snap.version,
         "timestamp_ms": snap.timestamp_ms,
         "note": note if note is not None else snap.note,
         "tombstones": tombstones(snap),
-        "tombstones_apply": tombstones_apply(snap),
+        "tombstones_apply": tombstones_apply(snap) if applies is None else applies,
         "segments": segments(snap, listed),
     }
 
 
-def arrow_metadata(snap: Snapshot, note: str | None = None) -> dict[bytes, bytes]:
+def arrow_metadata(
+    snap: Snapshot, note: str | None = None, applies: bool | None = None
+) -> dict[bytes, bytes]:
     """The same facts for an Arrow IPC stream of ``snap.segments`` (schema metadata; the segments
     carry ``added_version`` as a column)."""
     facts: dict[str, Any] = {
@@ -100,6 +105,6 @@ def arrow_metadata(snap: Snapshot, note: str | None = None) -> dict[bytes, bytes
         "timestamp_ms": snap.timestamp_ms,
         "note": note if note is not None else snap.note,
         "tombstones": tombstones(snap),
-        "tombstones_apply": tombstones_apply(snap),
+        "tombstones_apply": tombstones_apply(snap) if applies is None else applies,
     }
     return {f"segcat.{key}".encode(): json.dumps(value).encode() for key, value in facts.items()}
