@@ -8,6 +8,7 @@ from rich.table import Table as RichTable
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import commit_to_json, dumps, segment_to_json
 from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.table import Catalog
 from segcat.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts, print_note, replay_progress, segments_view
@@ -96,17 +97,19 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
     table = Catalog(Config.load()).table(name)
     with replay_progress(table, "replaying") as listener:
         snap = table.snapshot(version, as_of, listener=listener)
-    print_note(snap.note)
+    note = snap.note or snapshot_json.version_note(table, version, snap)
+    print_note(note)
     segments = snap.segment_list()
     if as_json:
         listed = segments if limit is None else segments[:limit]
+        shown = snapshot_json.document(snap, listed, note)
         click.echo(
             dumps(
                 {
                     "table": str(table.name),
-                    "version": snap.version,
-                    "timestamp_ms": snap.timestamp_ms,
-                    "note": snap.note,
+                    "version": shown["version"],
+                    "timestamp_ms": shown["timestamp_ms"],
+                    "note": shown["note"],
                     "live_segments": len(segments),
                     "listed": len(listed),
                     "truncated": len(listed) < len(segments),
@@ -114,8 +117,9 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
                     "bytes": snap.live_bytes,
                     "schema": snap.schema,
                     "properties": snap.properties,
-                    "tombstones": [{"predicate": t.predicate, "version": t.version} for t in snap.tombstones],
-                    "segments": [segment_to_json(s) for s in listed],
+                    "tombstones": shown["tombstones"],
+                    "tombstones_apply": shown["tombstones_apply"],
+                    "segments": shown["segments"],
                 }
             )
         )
