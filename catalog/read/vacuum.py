@@ -267,8 +267,8 @@ def vacuum(
 
 
 def dropped_files(
-    lives: Iterable[_Life], key: Callable[[str], str], horizon: int, done_upto: int, cutoff_ms: int
-) -> tuple[list[_Life], list[_Life]]:
+    lives: Iterable[SegmentLife], key: Callable[[str], str], horizon: int, done_upto: int, cutoff_ms: int
+) -> tuple[list[SegmentLife], list[SegmentLife]]:
     """The dropped files that may go, and those the grace period keeps: each file's *last* life.
 
     A file (one ``key``) may have been registered, dropped and registered again; it is
@@ -277,24 +277,24 @@ def dropped_files(
     newest of those drops is older than ``cutoff_ms`` (broker time). Each file appears once,
     as its last life.
     """
-    by_key: dict[str, list[_Life]] = {}
+    by_key: dict[str, list[SegmentLife]] = {}
     for life in lives:
         if life.dropped is None or life.dropped > done_upto:
             by_key.setdefault(key(life.path), []).append(life)
-    doomed: list[_Life] = []
-    kept: list[_Life] = []
+    doomed: list[SegmentLife] = []
+    kept: list[SegmentLife] = []
     for group in by_key.values():
         if any(life.dropped is None or life.dropped > horizon for life in group):
             continue  # some version ≥ H references the file
         last = max(group, key=lambda life: (life.dropped or 0, life.dropped_ms))
         newest_ms = max(life.dropped_ms for life in group)
         (kept if newest_ms > cutoff_ms else doomed).append(
-            _Life(last.path, last.size, last.added, last.dropped, newest_ms)
+            SegmentLife(last.path, last.size, last.added, last.dropped, newest_ms)
         )
     return doomed, kept
 
 
-def _clock_too_old(head: TableState, kept: list[_Life], now_ms: int, grace_ms: int) -> bool:
+def _clock_too_old(head: TableState, kept: list[SegmentLife], now_ms: int, grace_ms: int) -> bool:
     """Whether the newest record's time keeps what this machine's clock would let go (a drop's
     grace, an intent's TTL): then the broker is asked for its now. Never on a table that
     cannot take the clock record (no ``lifecycle`` feature)."""
@@ -491,7 +491,7 @@ def _dedupe(report: VacuumReport) -> None:
 
 
 @dataclass(slots=True)
-class _Life:
+class SegmentLife:
     """One segment's life in the replayed log: its file, and the versions that added and dropped it."""
 
     path: str
@@ -511,11 +511,11 @@ class _History:
     """
 
     def __init__(self, table: Table, state: TableState) -> None:
-        self.lives: list[_Life] = []
-        self._live: dict[str, _Life] = {}
+        self.lives: list[SegmentLife] = []
+        self._live: dict[str, SegmentLife] = {}
         self.newest_ms = -1
         for sid, segment in state.segments.items():
-            life = _Life(segment.segment.path, segment.segment.size_bytes, segment.added_version)
+            life = SegmentLife(segment.segment.path, segment.segment.size_bytes, segment.added_version)
             self._live[sid] = life
             self.lives.append(life)
         self._follower = Follower(table.config, table.name, state, files=table.files)
@@ -558,7 +558,7 @@ class _History:
             if gone is not None:
                 gone.dropped, gone.dropped_ms = delta.version, delta.timestamp_ms
         for segment in delta.added:
-            life = _Life(segment.path, segment.size_bytes, delta.version)
+            life = SegmentLife(segment.path, segment.size_bytes, delta.version)
             self._live[segment.segment_id] = life
             self.lives.append(life)
 
