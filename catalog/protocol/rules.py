@@ -558,8 +558,8 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
 
 
 def _judge_dropped(state: TableState, offset: int, commit: Commit) -> Verdict | None:
-    """Step 6b on a dropped table: rule 7 rejects all but the undrop (and, from protocol 3, the
-    purge fence); rule 7b rejects the undrop once the fence is in (the purge has begun)."""
+    """Step 6b on a dropped table: rule 7 rejects all but the undrop (and, v3, the purge fence);
+    v3: rule 7b rejects the undrop once the fence is in (the purge has begun)."""
     cid = commit.commit_id
     if lifecycle.undrops(commit):
         if state.purging_version < 0:
