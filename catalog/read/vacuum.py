@@ -40,6 +40,7 @@ from typing import Any
 
 from segcat.catalog.errors import (
     InvalidArgument,
+    NotAuthorized,
     ServiceUnavailable,
     TableDropped,
     UnsafeLocation,
@@ -235,7 +236,12 @@ def vacuum(
     now = max(history.newest_ms, head.last_accepted_timestamp_ms)
     doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
     if (fresh_clock if fresh_clock is not None else not dry_run) and _clock_too_old(head, kept, now, grace):
-        now = max(now, broker_clock.now_ms(table, head.protocol, end))
+        try:
+            now = max(now, broker_clock.now_ms(table, head.protocol, end))
+        except NotAuthorized as exc:  # no WRITE on the topic: judge by the newest record (deletes less)
+            log.warning(
+                "vacuum could not write a clock record", extra={"table": report.table, "error": str(exc)}
+            )
         doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
     report.broker_now_ms = now
     for life in doomed + kept:
