@@ -9,7 +9,8 @@ from bench import report
 TITLE = "Lifecycle (issue 9)"
 SPLIT_LABELS = {
     "snapshots": "the two head snapshots (`Table.snapshot`, no key frame or Redis: each replays the log)",
-    "replay": "the history replay (`_History.replay`: Kafka fetch, Avro decode, rules)",
+    "replay": "the history replay (`_History.catch_up`, before and after the listing: Kafka, Avro, rules)",
+    "recheck": "the log read again before each batch of deletes (`Recheck.refresh`)",
     "delete": "deleting (`_delete`: batches of 1,000 on 4 threads, `pyarrow.fs` `delete_file`)",
     "listing": "listing `data/` (`ObjectStore.list_files`)",
     "dedupe": "`_dedupe`",

@@ -265,7 +265,8 @@ def _instrument_vacuum(clock: SplitClock) -> None:
     from segcat.catalog.read.table import Table
     from segcat.catalog.storage.objectstore import ObjectStore
 
-    clock.wrap(vac._History, "replay", "replay")
+    clock.wrap(vac._History, "catch_up", "replay")  # the key frame read, the replay to the head
+    clock.wrap(vac.Recheck, "refresh", "recheck")
     clock.wrap(vac, "_delete", "delete")
     clock.wrap(vac, "_dedupe", "dedupe")
     clock.wrap(vac, "_record", "record")

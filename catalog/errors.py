@@ -147,6 +147,15 @@ class TableDropped(SegcatError):
     """The table is dropped (in the recycle bin until purged); ``segcat table undrop`` brings it back."""
 
 
+class TablePurging(TableDropped):
+    """The table's purge has begun (its fence is in the log): it can no longer be undropped."""
+
+
+class PurgeStopped(SegcatError):
+    """A purge stopped because the table is no longer the dropped table it set out to delete
+    (undropped, or its topic replaced); the message says what, if anything, was deleted."""
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -187,6 +196,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (InvalidTableName, EXIT_INVALID),
     (ConfigError, EXIT_INVALID),
     (CommitConflict, EXIT_CONFLICT),
+    (PurgeStopped, EXIT_CONFLICT),
     (TableAlreadyExists, EXIT_CONFLICT),
     (TableNotFound, EXIT_NOT_FOUND),
     (TableDropped, EXIT_NOT_FOUND),

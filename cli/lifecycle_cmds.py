@@ -119,5 +119,6 @@ def vacuum_cmd(
     console.print(
         f"{verb} {total:,} files; kept {report.kept_by_grace:,} inside the grace period and "
         f"{report.kept_by_intent:,} under open write intents"
+        + (f"; {report.kept_by_recheck:,} registered while it ran" if report.kept_by_recheck else "")
         + (f"; leased versions: {list(report.leased_versions)}" if report.leased_versions else "")
     )

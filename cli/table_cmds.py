@@ -144,14 +144,23 @@ def undrop(name: str) -> None:
 @table.command("purge")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def purge_cmd(name: str, yes: bool) -> None:
-    """Delete a dropped table NAME for good: data, _catalog, Redis keys, then the topic."""
+@click.option(
+    "--allow-unfenced",
+    is_flag=True,
+    help="Purge a protocol-2 table, whose log cannot stop an undrop racing the purge.",
+)
+def purge_cmd(name: str, yes: bool, allow_unfenced: bool) -> None:
+    """Delete a dropped table NAME for good: data, _catalog, Redis keys, then the topic.
+
+    The purge first records its fence in the log; from then on the table can no longer be
+    undropped (and an undrop that came first stops the purge before it deletes anything)."""
     catalog = Catalog(Config.load())
     opened = catalog.table(name)
     if not yes:
         click.confirm(f"delete every file and the topic of {opened.name}?", abort=True)
-    report = purge(catalog, opened)
+    report = purge(catalog, opened, allow_unfenced=allow_unfenced)
+    fence = "" if report.fence_version is None else f" (fence at version {report.fence_version})"
     console.print(
-        f"purged [bold]{report.table}[/]: {report.data_files:,} data files, {report.catalog_objects:,} "
-        f"catalog objects, {report.redis_keys} Redis keys, topic deleted"
+        f"purged [bold]{report.table}[/]{fence}: {report.data_files:,} data files, "
+        f"{report.catalog_objects:,} catalog objects, {report.redis_keys} Redis keys, topic deleted"
     )

@@ -8,7 +8,11 @@ owns a table:
 - ``segcat.log.retain.versions`` / ``segcat.log.retain.ms``: prune the Kafka log (at most
   every ``segcat.log.prune.every.ms``, default 10 minutes);
 - ``segcat.vacuum.every.ms``: run vacuum that often (its own retention and grace properties);
-- a dropped table is purged ``segcat.dropped.retain.ms`` (default 7 days) after its drop.
+- a dropped table is purged ``segcat.dropped.retain.ms`` (default 7 days) after its drop,
+  counted in broker time: from the drop record's ``LogAppendTime`` to a clock record's
+  (``broker_clock``), never from the time the dropping client wrote into ``segcat.dropped``
+  nor this machine's clock alone. Only tables whose log can record the purge's fence
+  (protocol ≥ 3) are purged unattended; a protocol-2 table is left, with one warning.
 
 One table's failure is logged and counted; the others go on.
 """
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 from segcat.catalog.config import Config
 from segcat.catalog.errors import SegcatError, ServiceUnavailable
 from segcat.catalog.protocol import lifecycle
-from segcat.catalog.read.purge import purge
+from segcat.catalog.protocol.model import Protocol
+from segcat.catalog.read import broker_clock
+from segcat.catalog.read.purge import drop_info, purge
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.redis.leases import LeaseStore
@@ -51,6 +57,10 @@ class TableFacts:
     dropped: bool
     log_start: int
     open_intents: int
+    dropped_at_ms: int | None = None
+    """The broker time of the drop's record (None: unknown here, the log is asked)."""
+    protocol: Protocol | None = None
+    """The table's protocol (None: unknown here, the log is asked)."""
 
 
 def _int(properties: dict[str, str], key: str, default: int | None = None) -> int | None:
@@ -77,6 +87,7 @@ class Maintenance:
         self._catalog: Catalog | None = None
         self._last_prune: dict[str, float] = {}
         self._last_vacuum: dict[str, float] = {}
+        self._unfenced_warned: set[str] = set()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -127,13 +138,7 @@ class Maintenance:
                 pass
         props = facts.properties
         if facts.dropped:
-            dropped_ms = _int(props, lifecycle.DROPPED_PROPERTY, None)
-            keep = _int(props, DROPPED_RETAIN_MS, DEFAULT_DROPPED_RETAIN_MS)
-            if dropped_ms is not None and keep is not None and now - dropped_ms >= keep:
-                purged = purge(self.catalog, self.catalog.table(facts.name))
-                deleted = purged.data_files + purged.catalog_objects
-                metrics.FILES_DELETED.labels(facts.name, "purge").inc(deleted)
-                log.info("dropped table purged", extra={"table": facts.name, "files": deleted})
+            self._purge_when_due(facts, now)
             return
         retain_versions = _int(props, LOG_RETAIN_VERSIONS)
         retain_ms = _int(props, LOG_RETAIN_MS)
@@ -156,6 +161,40 @@ class Maintenance:
             for reason, counts in report.by_reason().items():
                 metrics.FILES_DELETED.labels(facts.name, reason).inc(counts["files"])
                 metrics.BYTES_DELETED.labels(facts.name, reason).inc(counts["bytes"])
+
+    def _purge_when_due(self, facts: TableFacts, now: int) -> None:
+        """Purge a dropped table once its retention has passed in broker time.
+
+        This machine's clock only rules out what is not due yet; the broker's time (one clock
+        record) decides. The drop's time is its record's broker time, never the value the
+        dropping client wrote."""
+        keep = _int(facts.properties, DROPPED_RETAIN_MS, DEFAULT_DROPPED_RETAIN_MS)
+        if keep is None:
+            return
+        table = self.catalog.table(facts.name)
+        dropped_ms, protocol = facts.dropped_at_ms, facts.protocol
+        if dropped_ms is None or protocol is None:
+            info = drop_info(table)
+            if info is None:
+                return
+            dropped_ms, protocol = info.broker_ms, info.protocol
+        if now - dropped_ms < keep:
+            return
+        if not lifecycle.has_purge_fence(protocol):
+            if facts.name not in self._unfenced_warned:
+                self._unfenced_warned.add(facts.name)
+                log.warning(
+                    "dropped table past its retention not purged: at protocol 2 its log cannot record "
+                    "a purge; undrop, upgrade, drop and purge it, or `segcat table purge --allow-unfenced`",
+                    extra={"table": facts.name, "protocol": protocol.version},
+                )
+            return
+        if broker_clock.now_ms(table, protocol, -1) - dropped_ms < keep:
+            return  # this machine's clock runs ahead of the broker's
+        purged = purge(self.catalog, table)
+        deleted = purged.data_files + purged.catalog_objects
+        metrics.FILES_DELETED.labels(facts.name, "purge").inc(deleted)
+        log.info("dropped table purged", extra={"table": facts.name, "files": deleted})
 
     @staticmethod
     def _due(last: dict[str, float], name: str, every_ms: int) -> bool:

@@ -591,6 +591,8 @@ class Materializer:
                     state.dropped,
                     state.log_start,
                     len(state.live_intents(now_ms)),
+                    state.dropped_timestamp_ms if state.dropped_timestamp_ms >= 0 else None,
+                    state.protocol,
                 )
             )
         return facts

@@ -451,9 +451,12 @@ def vacuum(
 
     The driver plans first (horizon, leases, intents, the files every replayed version
     references, dropped files past the grace period) exactly as ``catalog.read.vacuum``
-    does; a file written after the vacuum started is younger than the cut-off, so listing
-    after the plan is as safe as listing before it. ``dry_run`` collects every orphan's path
-    to the driver (for the report); otherwise only their count and bytes come back.
+    does. The executors then list ``data/`` (the listing is checkpointed: done once), and the
+    driver reads the log again to its end: a file some commit registered meanwhile, or that a
+    write intent opened meanwhile covers, is taken out before anything is deleted. What
+    remains is the time the delete job runs (docs/LIFECYCLE.md, "Races"). ``dry_run``
+    collects every orphan's path to the driver (for the report); otherwise only their count
+    and bytes come back.
     """
     handle = table if isinstance(table, Table) else Catalog(config or Config.load()).table(table_ref(table))
     report = core_vacuum(
@@ -463,6 +466,7 @@ def vacuum(
         dry_run=True,
         ignore_leases=ignore_leases,
         orphans=False,
+        fresh_clock=not dry_run,
     )
     cfg = handle.config
     orphans = find_orphans_spark(
@@ -477,6 +481,7 @@ def vacuum(
     )
     if any(not p.startswith("data/") for p in report.protected_prefixes):
         return report  # an intent covers more than data/: nothing there is an orphan now
+    orphans = _recheck(spark, report, orphans.localCheckpoint(eager=True))
     if dry_run:
         base = report.root.rstrip("/")
         report.files.extend(
@@ -490,3 +495,24 @@ def vacuum(
     report.deleted += files
     report.deleted_bytes += size
     return report
+
+
+def _recheck(spark: SparkSession, report: VacuumReport, listed: DataFrame) -> DataFrame:
+    """The listed orphans less what the log says now: paths registered since the plan, and
+    whole prefixes of write intents opened since (the footer check is in-process only)."""
+    recheck = report.recheck
+    if recheck is None:
+        return listed
+    with recheck:
+        recheck.refresh()
+    added = sorted(key for key in recheck.added if key.startswith(f"{DATA}/"))
+    if added:
+        listed = listed.join(
+            spark.createDataFrame([(p,) for p in added], "path string"), on="path", how="left_anti"
+        )
+    if recheck.prefixes:
+        covered = functools.reduce(
+            lambda a, b: a | b, (F.col("path").startswith(prefix) for prefix in recheck.prefixes)
+        )
+        listed = listed.filter(~covered)
+    return listed

@@ -105,3 +105,20 @@ def test_durations_never_coerce_garbage(text: str) -> None:
         return
     assert isinstance(value, int) and value >= 0
     assert text.strip().lower() == "0" or text.strip().lower()[-1] in "smhdw"
+
+
+def test_a_purge_begun_refuses_the_undrop(lconfig: Config, table_name: str) -> None:
+    """A purge killed right after its fence: the table can no longer be undropped (exit 4, said
+    plainly), and running the purge again finishes it."""
+    Catalog(lconfig).create_table(table_name)
+    with TableWriter(lconfig, table_name) as writer:
+        writer.append([segment("a")])
+    assert segcat(lconfig, "table", "drop", table_name).returncode == 0
+    with TableWriter(lconfig, table_name) as writer:
+        fence = writer.set_properties({"segcat.purge": "killed-purge"})
+    undrop = segcat(lconfig, "table", "undrop", table_name)
+    assert undrop.returncode == 4, undrop.stdout + undrop.stderr
+    assert "being purged" in undrop.stderr and "Traceback" not in undrop.stderr
+    purged = segcat(lconfig, "table", "purge", table_name, "--yes")
+    assert purged.returncode == 0, purged.stderr
+    assert f"fence at version {fence}" in purged.stdout

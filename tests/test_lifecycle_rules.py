@@ -1,4 +1,5 @@
-"""The rules of the ``lifecycle`` feature (docs/PROTOCOL.md §3c), pure: intents, log start, drop.
+"""The rules of the ``lifecycle`` feature (docs/PROTOCOL.md §3c), pure: intents, log start, drop,
+the purge fence (protocol 3).
 
 Examples for each rule, then hypothesis: random logs of appends, intents, drops and undrops
 judged record by record, with the invariants the feature promises.
@@ -7,13 +8,18 @@ judged record by record, with the invariants the feature promises.
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segcat.catalog.protocol import versions
-from segcat.catalog.protocol.lifecycle import DROPPED_PROPERTY, LOG_START_PROPERTY, MAX_INTENT_TTL_MS
+from segcat.catalog.protocol.lifecycle import (
+    DROPPED_PROPERTY,
+    LOG_START_PROPERTY,
+    MAX_INTENT_TTL_MS,
+    PURGE_PROPERTY,
+)
 from segcat.catalog.protocol.model import Commit, Intent, Operation, Protocol
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
@@ -22,13 +28,13 @@ from tests.test_rules import BROKER_T0, Log, append, commit, seg
 ROOT = "s3://lake/warehouse/ns/t"
 
 
-def lifecycle_log() -> Log:
+def lifecycle_log(protocol: Protocol | None = None) -> Log:
     log = Log()
     log.accept(
         commit(
             Operation.UPGRADE_PROTOCOL,
             -1,
-            protocol=versions.new_table_protocol(),
+            protocol=protocol or versions.new_table_protocol(),
             table_properties={LOCATION_PROPERTY: ROOT},
         )
     )
@@ -127,15 +133,100 @@ def test_a_dropped_table_rejects_all_but_the_undrop() -> None:
     log.accept(append(seg("b")))
 
 
-STEP = st.sampled_from(["append", "intent", "renew", "close", "commit-intent", "drop", "undrop"])
+def fence(value: str | None = "p-1") -> Commit:
+    return props({PURGE_PROPERTY: value})
+
+
+def test_the_purge_fence_needs_a_dropped_table_and_then_refuses_the_undrop() -> None:
+    """Protocol 3 (issue 20, item 3): a purge that saw its fence accepted cannot lose to an undrop."""
+    log = lifecycle_log()
+    assert log.state.protocol.version >= 3
+    log.accept(append(seg("a")))
+    not_dropped = log.send(fence())
+    assert not_dropped.outcome is Outcome.INVALID and "dropped table" in not_dropped.detail
+    dropped_at = log.accept(props({DROPPED_PROPERTY: "1700000000000"}))
+    assert log.state.dropped_timestamp_ms == BROKER_T0 + dropped_at  # the broker's time, not the value
+    for bad in (fence(None), props({PURGE_PROPERTY: "p", "k": "v"})):
+        assert log.send(bad).outcome is Outcome.INVALID
+    fenced_at = log.accept(fence())
+    assert log.state.purging_version == fenced_at and log.state.dropped
+    undrop = log.send(props({DROPPED_PROPERTY: None}))
+    assert undrop.outcome is Outcome.REJECTED and undrop.rule is Rule.TABLE_PURGING
+    assert undrop.conflicting_version == fenced_at and log.state.dropped
+    again = log.send(fence("p-2"))  # a second purge finds the first one's fence
+    assert again.outcome is Outcome.INVALID and "already being purged" in again.detail
+    rejected = log.send(append(seg("b")))
+    assert rejected.outcome is Outcome.REJECTED and rejected.rule is Rule.TABLE_DROPPED
+    frame = TableState.from_meta(log.state.to_meta(), dict(log.state.segments))
+    assert frame.purging_version == fenced_at and frame.dropped_timestamp_ms == log.state.dropped_timestamp_ms
+
+
+def test_an_undrop_before_the_fence_wins_and_the_fence_is_invalid() -> None:
+    log = lifecycle_log()
+    log.accept(props({DROPPED_PROPERTY: "1"}))
+    log.accept(props({DROPPED_PROPERTY: None}))
+    assert log.state.dropped_timestamp_ms == -1
+    verdict = log.send(fence())
+    assert verdict.outcome is Outcome.INVALID and log.state.purging_version == -1
+    log.accept(append(seg("a")))
+
+
+def test_protocol_2_keeps_its_verdicts_on_segcat_purge() -> None:
+    """Before protocol 3 ``segcat.purge`` is plain text: rule 7 rejects it on a dropped table and
+    the undrop is accepted whatever it holds; a leftover value does not fence after an upgrade."""
+    log = lifecycle_log(Protocol(2, (versions.LIFECYCLE,)))
+    log.accept(fence("left over"))  # plain text on a live table
+    log.accept(props({DROPPED_PROPERTY: "1"}))
+    verdict = log.send(fence())
+    assert verdict.outcome is Outcome.REJECTED and verdict.rule is Rule.TABLE_DROPPED
+    log.accept(props({DROPPED_PROPERTY: None}))
+    assert log.state.purging_version == -1
+    log.accept(commit(Operation.UPGRADE_PROTOCOL, -1, protocol=versions.new_table_protocol()))
+    log.accept(props({DROPPED_PROPERTY: "2"}))
+    assert log.state.purging_version == -1  # the leftover is no fence
+    log.accept(props({DROPPED_PROPERTY: None}))
+
+
+STEP = st.sampled_from(["append", "intent", "renew", "close", "commit-intent", "drop", "undrop", "fence"])
+
+
+@dataclass
+class DropModel:
+    """PROTOCOL §3c's drop / undrop / purge fence, naively: a list of what was accepted."""
+
+    accepted: list[tuple[str, int]] = field(default_factory=list)
+
+    def dropped(self) -> bool:
+        drops = [kind for kind, _ in self.accepted if kind in ("drop", "undrop")]
+        return bool(drops) and drops[-1] == "drop"
+
+    def fenced(self) -> int | None:
+        """The fence's version, if one was accepted while the table was dropped (it never goes)."""
+        fences = [version for kind, version in self.accepted if kind == "fence"]
+        return fences[0] if fences else None
+
+    def expect(self, kind: str) -> Outcome:
+        dropped, fenced = self.dropped(), self.fenced()
+        if kind == "drop":
+            return Outcome.INVALID if dropped else Outcome.ACCEPTED
+        if kind == "fence":
+            return Outcome.ACCEPTED if dropped and fenced is None else Outcome.INVALID
+        if kind == "undrop":
+            if not dropped:
+                return Outcome.INVALID  # removes an absent property: changes nothing
+            return Outcome.REJECTED if fenced is not None else Outcome.ACCEPTED
+        return Outcome.REJECTED if dropped else Outcome.ACCEPTED
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(STEP, max_size=40))
 def test_random_lifecycle_logs_keep_their_promises(steps: list[str]) -> None:
-    """Intents never change what a reader lists; a dropped table changes only by its undrop;
-    a key frame's metadata (to_meta / from_meta) judges the rest as a full replay does."""
+    """Intents never change what a reader lists; a dropped table changes only by its undrop or
+    its purge fence, and once fenced never again; drop, undrop and fence get the verdicts of a
+    naive model of §3c; a key frame's metadata (to_meta / from_meta) judges the rest as a full
+    replay does."""
     log = lifecycle_log()
+    model = DropModel()
     ids: list[str] = []
     halfway: TableState | None = None
     tail: list[Commit] = []
@@ -154,6 +245,8 @@ def test_random_lifecycle_logs_keep_their_promises(steps: list[str]) -> None:
             c = append(seg(f"s{n}"), base=log.head, intent=Intent(ids.pop(), "data/", 0))
         elif step == "drop":
             c = props({DROPPED_PROPERTY: str(n)})
+        elif step == "fence":
+            c = fence(f"p-{n}")
         else:
             c = props({DROPPED_PROPERTY: None})
         if i == len(steps) // 2:
@@ -169,9 +262,17 @@ def test_random_lifecycle_logs_keep_their_promises(steps: list[str]) -> None:
         undrop = (
             c.operation is Operation.SET_PROPERTIES and c.table_properties.get(DROPPED_PROPERTY, "-") is None
         )
-        if before.dropped and not undrop:
+        kind = step if step in ("drop", "undrop", "fence") else "other"
+        if kind != "other" or before.dropped:
+            assert verdict.outcome is model.expect(kind), (step, verdict)
+        if verdict.outcome is Outcome.ACCEPTED:
+            model.accepted.append((kind, verdict.offset))
+        if before.dropped and not undrop and kind != "fence":
             assert verdict.outcome in (Outcome.REJECTED, Outcome.INVALID)
             assert log.state.fingerprint() == before.fingerprint()
+        assert log.state.dropped is model.dropped()
+        fenced = model.fenced()
+        assert log.state.purging_version == (-1 if fenced is None else fenced)
     if halfway is not None:
         replayed = Log()
         replayed.state = halfway
@@ -181,3 +282,5 @@ def test_random_lifecycle_logs_keep_their_promises(steps: list[str]) -> None:
         assert replayed.state.fingerprint() == log.state.fingerprint()
         assert replayed.state.intents == log.state.intents
         assert replayed.state.dropped_version == log.state.dropped_version
+        assert replayed.state.purging_version == log.state.purging_version
+        assert replayed.state.dropped_timestamp_ms == log.state.dropped_timestamp_ms

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import time
@@ -234,3 +235,30 @@ def test_si_vacuum_deletes_dropped_files_and_orphans_with_spark(
     assert report.deleted == 4 and not orphan.exists()
     assert {p for p in root.rglob("*.parquet")} == live
     assert sorted(r.id for r in si.read(spark, table, config=config).collect()) == [0, 1, 2]
+
+
+def test_si_vacuum_keeps_a_file_committed_while_the_executors_list(
+    spark: SparkSession, config: Config, table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, item 1 on the Spark path: the plan reads the head, then the executors list
+    ``data/``; a commit registering a file written long before lands in between. The log is
+    read again after the listing: the file stays (regression: it went as an orphan)."""
+    from segcat.catalog.protocol.model import Segment
+    from segcat.producers import TableWriter
+
+    si.write(spark.createDataFrame([(1, "x")], "id long, v string"), table, config=config)
+    root = Path(table.location())
+    old = root / "data" / "import" / "old.parquet"
+    _put(root, "data/import/old.parquet", 9, int(time.time() * 1000) - 3_600_000)
+    spark_vacuum = importlib.import_module("segcat.spark_integration.vacuum")  # (si.vacuum is the function)
+    real = spark_vacuum.find_orphans_spark
+
+    def plan_then_commit(*args: object, **kwargs: object) -> object:
+        with TableWriter(config, table.name) as writer:
+            writer.append([Segment("old", "data/import/old.parquet", 9, 1, "import")])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spark_vacuum, "find_orphans_spark", plan_then_commit)
+    report = si.vacuum(spark, table, retain_versions=1, grace_ms=0, config=config)
+    assert old.exists() and report.deleted == 0
+    assert not [p for p in table.snapshot().files() if not Path(p).exists()]

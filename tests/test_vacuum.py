@@ -22,8 +22,17 @@ from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read import broker_clock
 from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.vacuum import check_duration, check_retain_versions, vacuum
+from segcat.catalog.read.vacuum import (
+    SegmentLife,
+    check_duration,
+    check_retain_versions,
+    dropped_files,
+    execute,
+    vacuum,
+)
+from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.producers import TableWriter
 from tests.factories import produce_raw
 from tests.materializer_support import PrivateRedis
@@ -337,3 +346,106 @@ def test_a_vacuum_killed_midway_is_finished_by_the_next_run(
     report = vacuum(vtable, retain_versions=1, grace_ms=0)
     assert report.deleted == len(left) and report.already_gone == 6 - len(left)
     assert not any(_exists(vtable, f"data/part=p0/s{k}.parquet") for k in range(6))
+
+
+def _old(path: Path, seconds: float = 120) -> Path:
+    """Make ``path`` look written ``seconds`` ago (the storage's clock is this machine's here)."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_file_committed_while_vacuum_lists_data_is_kept(
+    vconfig: Config, vtable: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20, item 1: ``segcat commit`` registers a file written two minutes earlier while
+    vacuum runs; the commit lands while ``data/`` is listed. The head read after the listing
+    sees it (regression: the head was read first, and the file went as an orphan)."""
+    old = _old(_write_file(vtable, "data/import/old.parquet"))
+    real_listing = ObjectStore.list_files
+    with TableWriter(vconfig, vtable.name) as writer:
+        for k in range(3):
+            writer.append([_segment(vtable, f"s{k}")])
+
+        def listing_while_a_commit_lands(store: ObjectStore, prefix: str = "") -> list[tuple[str, int, int]]:
+            found = real_listing(store, prefix)
+            if prefix == "data":
+                writer.append([Segment("old", "data/import/old.parquet", 64, 1, "import")])
+            return found
+
+        monkeypatch.setattr(ObjectStore, "list_files", listing_while_a_commit_lands)
+        report = vacuum(vtable, grace_ms=60_000)
+    assert old.exists(), [f.path for f in report.files]
+    assert "old" in vtable.snapshot().segment_ids() and report.files == []
+
+
+def test_a_file_committed_after_the_plan_is_kept_by_the_recheck(vconfig: Config, vtable: Table) -> None:
+    """Item 1, the rest of the race: commits land after vacuum read the head, before it deletes
+    (a Spark listing, a long plan). Right before a batch goes the log is read again: a file
+    registered by then stays, whether planned as an orphan or as a dropped file."""
+    old = _old(_write_file(vtable, "data/import/old.parquet"))
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "a")])
+        writer.compact(["a"], [_segment(vtable, "b")])
+        plan = vacuum(vtable, retain_versions=1, grace_ms=0, dry_run=True)
+        assert sorted((Path(f.path).name, f.reason) for f in plan.files) == [
+            ("a.parquet", "dropped"),
+            ("old.parquet", "orphan"),
+        ]
+        writer.append([Segment("old", "data/import/old.parquet", 64, 1, "import")])
+        writer.append([Segment("a-again", "data/part=p0/a.parquet", 64, 1, "p0")])  # registered again
+    execute(vtable, plan)
+    assert old.exists() and _exists(vtable, "data/part=p0/a.parquet")
+    assert plan.deleted == 0 and plan.kept_by_recheck == 2 and plan.files == []
+    missing = [p for p in vtable.snapshot().files() if not Path(p).exists()]
+    assert not missing
+
+
+def test_a_path_registered_again_is_judged_by_its_last_life(vconfig: Config, vtable: Table) -> None:
+    """Item 2: a file added as segment a and dropped, and more than the grace period later added
+    again as segment b and dropped: b's recent drop keeps it, whatever a's old drop says
+    (regression: a's drop condemned the path)."""
+    grace_ms = 3_000
+    path = "data/part=p0/a.parquet"
+    with TableWriter(vconfig, vtable.name) as writer:
+        writer.append([_segment(vtable, "a")])
+        writer.delete(drops=["a"])
+        time.sleep(grace_ms / 1000 + 0.2)  # a's drop is now older than the grace (broker time)
+        writer.append([Segment("b", path, 64, 1, "p0")])
+        writer.delete(drops=["b"])
+    drops = [h.timestamp_ms for h in vtable.history() if h.commit.drops]
+    assert drops[1] - drops[0] > grace_ms
+    report = vacuum(vtable, grace_ms=grace_ms, orphans=False)
+    head = vtable.snapshot()
+    vacuum_now_at_most = broker_clock.now_ms(vtable, head.protocol, head.version)
+    if vacuum_now_at_most - drops[1] < grace_ms:  # (always, unless this machine stalled for seconds)
+        assert _exists(vtable, path), report.files
+        assert report.kept_by_grace == 1 and report.files == []
+
+
+LIFE = st.tuples(st.sampled_from("pqrs"), st.integers(0, 12), st.one_of(st.none(), st.integers(0, 12)))
+
+
+@given(st.lists(LIFE, max_size=12), st.integers(0, 12), st.integers(0, 12))
+def test_dropped_files_are_decided_by_each_file_s_last_life(
+    raw: list[tuple[str, int, int | None]], horizon: int, cutoff: int
+) -> None:
+    """Pure: a file goes iff no life of it reaches a version ≥ H and its newest drop is older
+    than the cut-off; then once, as its last life. Drop times are the drop versions here."""
+    lives = []
+    for path, added, length in raw:
+        dropped = None if length is None else added + 1 + length
+        lives.append(SegmentLife(path, 1, added, dropped, -1 if dropped is None else dropped))
+    doomed, kept = dropped_files(lives, lambda p: p, horizon, -1, cutoff)
+    for path in "pqrs":
+        group = [life for life in lives if life.path == path]
+        out = [life for life in doomed if life.path == path]
+        waiting = [life for life in kept if life.path == path]
+        needed = any(life.dropped is None or life.dropped > horizon for life in group)
+        if not group or needed:
+            assert out == [] and waiting == []
+            continue
+        newest = max(life.dropped_ms for life in group)
+        (decided,) = out + waiting
+        assert decided.dropped == max(life.dropped or 0 for life in group)
+        assert (out != []) is (newest <= cutoff)

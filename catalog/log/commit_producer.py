@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message, Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ServiceUnavailable
@@ -21,11 +21,23 @@ from segcat.catalog.protocol.names import TableName
 
 def produce_commit(config: Config, name: TableName, commit: Commit, max_message_bytes: int) -> int:
     """Send ``commit`` (idempotent producer, acks=all) and wait for its offset."""
+    return produce_commit_timed(config, name, commit, max_message_bytes)[0]
+
+
+def produce_commit_timed(
+    config: Config, name: TableName, commit: Commit, max_message_bytes: int
+) -> tuple[int, int | None]:
+    """``produce_commit``, also handing back the record's broker time (``LogAppendTime``, ms; None
+    when the delivery report does not carry the broker's time)."""
     producer = Producer(producer_config(config, max_message_bytes))
-    result: list[tuple[int | None, KafkaError | None]] = []
+    result: list[tuple[int | None, int | None, KafkaError | None]] = []
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
-        result.append((None, err) if err is not None else (msg.offset(), None))
+        if err is not None:
+            result.append((None, None, err))
+            return
+        kind, stamp = msg.timestamp()
+        result.append((msg.offset(), stamp if kind == TIMESTAMP_LOG_APPEND_TIME else None, None))
 
     producer.produce(
         name.topic, key=commit.commit_id.encode(), value=codec.encode_commit(commit), on_delivery=delivered
@@ -36,7 +48,7 @@ def produce_commit(config: Config, name: TableName, commit: Commit, max_message_
     producer.flush(1)
     if not result:
         raise ServiceUnavailable(f"no delivery report for the commit to {name.topic} (timed out)")
-    offset, error = result[0]
+    offset, broker_ms, error = result[0]
     if offset is None:
         raise ServiceUnavailable(f"could not write to {name.topic}: {error}")
-    return offset
+    return offset, broker_ms

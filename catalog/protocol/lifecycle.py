@@ -8,8 +8,12 @@ they were before the feature existed (a log keeps its meaning).
   a data commit carrying its intent (``ttl_ms == 0``) closes it when accepted.
 - ``segcat.log.start`` (table property): the first version still in Kafka; set by a
   ``SET_PROPERTIES`` when the log is pruned, only ever forward.
-- ``segcat.dropped`` (table property): the table is dropped (value: the drop time, ms);
+- ``segcat.dropped`` (table property): the table is dropped (value: the dropping client's
+  time in ms, informative only: retention counts from the drop record's broker time);
   every later commit but the undrop (a ``SET_PROPERTIES`` removing it) is REJECTED.
+- ``segcat.purge`` (table property, protocol ≥ 3): the purge fence. Set only on a dropped
+  table, once, by a commit changing nothing else, never removed; from then on the undrop is
+  REJECTED too, so a purge that saw its fence accepted can delete without racing an undrop.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ from segcat.catalog.protocol.model import Commit, Operation, Protocol
 
 LOG_START_PROPERTY = "segcat.log.start"
 DROPPED_PROPERTY = "segcat.dropped"
-RESERVED_PROPERTIES = frozenset({LOG_START_PROPERTY, DROPPED_PROPERTY})
+PURGE_PROPERTY = "segcat.purge"
+RESERVED_PROPERTIES = frozenset({LOG_START_PROPERTY, DROPPED_PROPERTY, PURGE_PROPERTY})
+PURGE_FENCE_VERSION = 3
+"""The first protocol version whose log can record a purge (the ``segcat.purge`` fence)."""
 MAX_INTENT_TTL_MS = 7 * 24 * 3600 * 1000
 """An intent lives at most a week without renewal (a writer renews every third of its TTL)."""
 
@@ -123,6 +130,38 @@ def contextual_problem(
         if value is not None and set(changes) != {DROPPED_PROPERTY}:
             return f"a drop ({DROPPED_PROPERTY}) changes nothing else"
     return None
+
+
+def has_purge_fence(protocol: Protocol) -> bool:
+    """Whether a table at ``protocol`` records purges in its log (the fence that undrop cannot pass)."""
+    return has_feature(protocol) and protocol.version >= PURGE_FENCE_VERSION
+
+
+def purge_problem(
+    protocol: Protocol, properties: dict[str, str], purging_version: int, commit: Commit
+) -> str | None:
+    """Rule 2 checks on ``segcat.purge`` (protocol ≥ 3; before, it is plain text): only the fence
+    sets it, on a dropped table not yet being purged, and nothing ever removes it."""
+    if not has_purge_fence(protocol) or PURGE_PROPERTY not in commit.table_properties:
+        return None
+    if commit.table_properties[PURGE_PROPERTY] is None:
+        return f"{PURGE_PROPERTY} is never removed"
+    if commit.operation is not Operation.SET_PROPERTIES or set(commit.table_properties) != {PURGE_PROPERTY}:
+        return f"the purge fence ({PURGE_PROPERTY}) is a SET_PROPERTIES changing nothing else"
+    if DROPPED_PROPERTY not in properties:
+        return f"{PURGE_PROPERTY} is set only on a dropped table (the purge fence)"
+    if purging_version >= 0:
+        return f"the table is already being purged (since version {purging_version})"
+    return None
+
+
+def fences_purge(protocol: Protocol, commit: Commit) -> bool:
+    """Whether ``commit`` is a purge fence (judged at ``protocol``): exempt from rule 7."""
+    return (
+        has_purge_fence(protocol)
+        and commit.operation is Operation.SET_PROPERTIES
+        and commit.table_properties.get(PURGE_PROPERTY) is not None
+    )
 
 
 def log_start(protocol: Protocol, properties: dict[str, str] | object) -> int:

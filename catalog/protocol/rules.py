@@ -68,6 +68,7 @@ class Rule(StrEnum):
     CONCURRENT_APPEND = "5-concurrent-append-in-replace-scope"
     CONCURRENT_SCHEMA_CHANGE = "6-concurrent-schema-change"
     TABLE_DROPPED = "7-table-dropped"
+    TABLE_PURGING = "7b-table-purging"
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +409,8 @@ def contextual_malformation(state: TableState, commit: Commit) -> str | None:
         state.protocol, state.properties, state.location, state.version, commit
     ):
         return problem
+    if problem := lifecycle.purge_problem(state.protocol, state.properties, state.purging_version, commit):
+        return problem
     if state.protocol.version < 2:
         return None
     location = state.location
@@ -541,15 +544,8 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
     problem = problem or contextual_malformation(state, commit)
     if problem:
         return Verdict(Outcome.INVALID, offset, cid, Rule.MALFORMED, problem)
-    if state.dropped_version >= 0 and state.dropped and not lifecycle.undrops(commit):
-        return Verdict(
-            Outcome.REJECTED,
-            offset,
-            cid,
-            Rule.TABLE_DROPPED,
-            "the table is dropped (undrop it first: segcat table undrop)",
-            state.dropped_version,
-        )
+    if state.dropped_version >= 0 and state.dropped and (verdict := _judge_dropped(state, offset, commit)):
+        return verdict
     for drop in commit.drops:
         if drop not in state.segments:
             dropped_at = state.recently_dropped.get(drop)
@@ -616,6 +612,33 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
             state.schema_version,
         )
     return Verdict(Outcome.ACCEPTED, offset, cid)
+
+
+def _judge_dropped(state: TableState, offset: int, commit: Commit) -> Verdict | None:
+    """Step 6b on a dropped table: rule 7 rejects all but the undrop (and, v3, the purge fence);
+    v3: rule 7b rejects the undrop once the fence is in (the purge has begun)."""
+    cid = commit.commit_id
+    if lifecycle.undrops(commit):
+        if state.purging_version < 0:
+            return None
+        return Verdict(
+            Outcome.REJECTED,
+            offset,
+            cid,
+            Rule.TABLE_PURGING,
+            "the table is being purged: it can no longer be undropped",
+            state.purging_version,
+        )
+    if lifecycle.fences_purge(state.protocol, commit):
+        return None
+    return Verdict(
+        Outcome.REJECTED,
+        offset,
+        cid,
+        Rule.TABLE_DROPPED,
+        "the table is dropped (undrop it first: segcat table undrop)",
+        state.dropped_version,
+    )
 
 
 def _judge_adds_v2(state: TableState, offset: int, commit: Commit) -> Verdict | None:

@@ -89,6 +89,11 @@ class TableState:
     """Write intents opened and not closed (feature ``lifecycle``); expired ones stay until closed."""
     dropped_version: int = -1
     """The version that dropped the table (``segcat.dropped``), -1 when it is not dropped."""
+    dropped_timestamp_ms: int = -1
+    """The broker time of the drop's record (-1 when not dropped, or in a key frame written
+    before this field: then the log knows it). Retention of a dropped table counts from it."""
+    purging_version: int = -1
+    """The version of the purge fence (``segcat.purge``, protocol ≥ 3); -1 while none is in."""
     paths: dict[str, list[str]] = field(default_factory=dict, compare=False)
     """``path_key`` of each live segment's path → its segment_id; derived from ``segments`` and the
     location, never stored (rule 4b)."""
@@ -139,6 +144,7 @@ class TableState:
         image learned on the way (rows and bytes it changed, the live count after)."""
         version = delta.version
         location = self.location
+        judged_at = self.protocol
         before_rows, before_bytes = self.live_rows, self.live_bytes
         for drop in delta.dropped:
             gone = self.segments.pop(drop).segment
@@ -168,7 +174,7 @@ class TableState:
             apply_properties(self.properties, commit.table_properties)
         if commit.protocol is not None:
             self.protocol = delta.protocol  # type: ignore[assignment]  # normalised, not None
-        self._apply_lifecycle(delta)
+        self._apply_lifecycle(delta, judged_at)
         if self.location != location:
             self.index_paths()
         _remember(self.recent_commits, delta.commit_id, version, DEDUP_WINDOW)
@@ -203,14 +209,18 @@ class TableState:
             self.intents.pop(intent.intent_id, None)
         self.version = max(self.version, offset)
 
-    def _apply_lifecycle(self, delta: CommitDelta) -> None:
-        """A data commit closes its intent; the drop's version (the rules admitted only legal ones)."""
+    def _apply_lifecycle(self, delta: CommitDelta, judged_at: Protocol) -> None:
+        """A data commit closes its intent; the drop's version and broker time, the purge fence's
+        version (the rules admitted only legal ones; ``judged_at``: the protocol in force)."""
         commit = delta.commit
         if commit.intent is not None:
             self.intents.pop(commit.intent.intent_id, None)
         if lifecycle.DROPPED_PROPERTY in commit.table_properties and lifecycle.has_feature(self.protocol):
             dropping = commit.table_properties[lifecycle.DROPPED_PROPERTY] is not None
             self.dropped_version = delta.version if dropping else -1
+            self.dropped_timestamp_ms = delta.timestamp_ms if dropping else -1
+        if lifecycle.fences_purge(judged_at, commit):
+            self.purging_version = delta.version
 
     def _unindex(self, key: str, segment_id: str) -> None:
         holders = self.paths.get(key, [])

@@ -25,6 +25,7 @@ from segcat.catalog.errors import (
     SegcatError,
     ServiceUnavailable,
     TableDropped,
+    TablePurging,
     VersionExpired,
     VersionNotFound,
 )
@@ -37,7 +38,7 @@ from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
-from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
 from segcat.catalog.read import log_pruning, lookup
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
@@ -459,6 +460,11 @@ class Table:
                 return offset
             if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
                 return verdict.original_version
+            if verdict.rule is Rule.TABLE_PURGING:
+                raise TablePurging(
+                    f"table {self.name} is being purged (its purge began at version "
+                    f"{verdict.conflicting_version}): it can no longer be undropped"
+                )
             raise InvalidCommit(f"{verdict.outcome.value}: {verdict.detail}", version=offset)
         raise ServiceUnavailable(f"the record at offset {offset} of {self.name} was not read back")
 

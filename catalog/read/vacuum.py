@@ -3,43 +3,54 @@
 - **Horizon** H = the oldest version kept (``retain_versions``: the versions after
   ``end − N`` keep their files), lowered to the oldest leased version. Every version ≥ H
   stays readable with all its files.
-- **Dropped files**: a segment dropped at version d is deleted when d ≤ H, its path is not
-  referenced by any version ≥ H (a path may be re-registered), and the drop is older than
-  the grace period. Found from the log (key frame + archives + Kafka), never by listing.
+- **Dropped files**: a file whose every life (a path may be registered, dropped and
+  registered again) ended with a drop at a version ≤ H, the *last* drop older than the grace
+  period. Found from the log (key frame + archives + Kafka), never by listing.
 - **Orphans**: files under the table's ``data/`` that no version in the replayed history
   references and no live write intent covers, last modified before the grace period
   (a listing: in-process here, on Spark executors for millions of files).
 - **History**: key frames and commit archives older than ``segcat.history.retain.*`` (the
   newest key frame at or before the history horizon and everything after it stay).
 
-The listing is taken *before* the head is read: a file listed was written before the head
-was read, so a writer that announced it (intent) or committed it is seen. A vacuum that
-refuses (dropped table, leases unknowable, a path outside the table's root) deletes nothing;
-one killed midway leaves only files nobody needs, and the next run finishes the job.
+Whose clock: drop times and intent expiries are broker times (``LogAppendTime``), judged
+against the broker's time (``broker_clock``); file ages are the storage's modification times,
+judged against the storage's time (an object vacuum writes before it lists). No client clock
+decides a deletion.
+
+Races: ``data/`` is listed before the head is read, and right before each batch of deletes the
+log is read again up to its end: a file that any commit registered by then (or that a write
+intent opened by then covers) is kept. A vacuum that refuses (dropped table, leases
+unknowable, a path outside the table's root) deletes nothing; one killed midway leaves only
+files nobody needs, and the next run finishes the job.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from segcat.catalog.errors import (
     InvalidArgument,
+    NotAuthorized,
     ServiceUnavailable,
     TableDropped,
     UnsafeLocation,
 )
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.protocol import locations
+from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
+from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, OpenIntent, TableState
+from segcat.catalog.read import broker_clock
 from segcat.catalog.read.retention import check_duration, check_retain_versions
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
@@ -60,6 +71,8 @@ RETAIN_VERSIONS_PROPERTY = "segcat.vacuum.retain.versions"
 GRACE_PROPERTY = "segcat.vacuum.grace.ms"
 HISTORY_VERSIONS_PROPERTY = "segcat.history.retain.versions"
 HISTORY_AGE_PROPERTY = "segcat.history.retain.ms"
+STORAGE_CLOCK_OBJECT = "_catalog/_vacuum_clock"
+"""Written under the table's root before each listing: its modification time is the storage's now."""
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while deleting."""
@@ -73,6 +86,9 @@ class Doomed:
     size: int
     reason: str
     """dropped, orphan or history."""
+    key: str = field(default="", compare=False)
+    """Dropped and orphan files: the file's path as segments spell it (relative to the root when
+    under it), what the re-check before deleting compares with newly registered paths."""
 
 
 @dataclass
@@ -88,6 +104,8 @@ class VacuumReport:
     already_gone: int = 0
     kept_by_grace: int = 0
     kept_by_intent: int = 0
+    kept_by_recheck: int = 0
+    """Planned deletions the last look at the log saved: registered again, or under a new intent."""
     leased_versions: tuple[int, ...] = ()
     open_intents: int = 0
     dropped_done_upto: int = -1
@@ -99,7 +117,12 @@ class VacuumReport:
     protected_prefixes: list[str] = field(default_factory=list)
     """Prefixes of the live write intents, relative to the root where they lie under it."""
     cutoff_ms: int = 0
-    """Files last modified after this time are too young to be orphans (now − grace)."""
+    """Files last modified at or after this time (the storage's clock) are too young to be
+    orphans: the storage's now − grace (-1: the storage tells no time, no file is old enough)."""
+    broker_now_ms: int = -1
+    """The broker time drops, intents and history were judged at (never after the broker's now)."""
+    recheck: Recheck | None = field(default=None, repr=False, compare=False)
+    """What ``execute`` re-reads the log with right before each batch of deletes."""
 
     def by_reason(self) -> dict[str, dict[str, int]]:
         summary: dict[str, dict[str, int]] = {}
@@ -122,9 +145,12 @@ class VacuumReport:
             "already_gone": self.already_gone,
             "kept_by_grace": self.kept_by_grace,
             "kept_by_intent": self.kept_by_intent,
+            "kept_by_recheck": self.kept_by_recheck,
             "leased_versions": list(self.leased_versions),
             "open_intents": self.open_intents,
             "dropped_done_upto": self.dropped_done_upto,
+            "broker_now_ms": self.broker_now_ms,
+            "storage_cutoff_ms": self.cutoff_ms,
         }
         if with_files:
             out["files"] = [{"path": f.path, "bytes": f.size, "reason": f.reason} for f in self.files]
@@ -150,33 +176,42 @@ def vacuum(
     ignore_leases: bool = False,
     orphans: bool = True,
     leases: LeaseStore | None = None,
-    now_ms: int | None = None,
     progress: Progress | None = None,
     listing: Iterable[tuple[str, int, int]] | None = None,
+    fresh_clock: bool | None = None,
 ) -> VacuumReport:
     """Delete the files no version ≥ H, no leased version and no live intent needs.
 
     One replay of the log (from the last run's record, key frames + archives + Kafka) tells
     every segment's life: the version that added it and the one that dropped it. ``listing``
-    (``(path relative to the root, size, mtime_ms)`` under ``data/``) replaces the in-process
-    listing. Refuses a dropped table (``TableDropped``) and, unless ``ignore_leases``, an
-    unreachable Redis (``ServiceUnavailable``), before anything is deleted.
+    (``(path relative to the root, size, mtime_ms)`` under ``data/``, in the storage's clock)
+    replaces the in-process listing. Refuses a dropped table (``TableDropped``) and, unless
+    ``ignore_leases``, an unreachable Redis (``ServiceUnavailable``), before anything is deleted.
 
-    Safe against writes running meanwhile: the cut-off (now − grace) is taken first, so any
-    file written after the vacuum started is too young, and a writer announces its intent
-    before it writes, so an older file's intent or commit is in the replay.
+    ``fresh_clock`` (default: unless ``dry_run``): when the newest record is too old to let a
+    drop's grace period end but this machine's clock says it has, append one record that
+    changes nothing to learn the broker's now (``broker_clock``); a dry run never writes to
+    the log and judges by the newest record's time.
     """
     if retain_versions is not None:
         check_retain_versions(retain_versions)
     if grace_ms is not None:
         check_duration(grace_ms, "grace")
-    now = int(time.time() * 1000) if now_ms is None else now_ms
     if table.files is None:
         raise InvalidArgument("vacuum needs object storage (key frames and archives)")
-    end = table.log_end()
     done_upto = _previous_run(table).get("dropped_done_upto", -1)
-    history = _History.replay(table, done_upto + 1, end)
-    head = history.head_state
+    with _History.open(table, done_upto + 1) as history:
+        root = history.catch_up().location or table.root
+        data_store = ObjectStore.from_uri(
+            root, s3_endpoint=table.config.s3_endpoint, s3_region=table.config.s3_region
+        )
+        storage_now = _storage_now(data_store, dry_run)
+        listed: Iterable[tuple[str, int, int]] = ()
+        if listing is not None:
+            listed = listing
+        elif orphans:
+            listed = data_store.list_files("data")  # before the head is read (the re-check covers the rest)
+        head = history.catch_up()
     if head.dropped:
         raise TableDropped(
             f"table {table.name} is dropped: purge it (segcat table purge), or undrop it first"
@@ -187,79 +222,136 @@ def vacuum(
     assert keep_n is not None and grace is not None
     check_retain_versions(keep_n)
     check_duration(grace, "grace")
+    end = head.version
     horizon = max(end - keep_n + 1, 0)
     leased = _leased_versions(table, leases, ignore_leases)
     if leased:
         horizon = min(horizon, leased[0])
     report = VacuumReport(table.name.qualified, horizon, end, grace, dry_run, leased_versions=leased)
-    cutoff = now - grace
-    root = head.location or table.root
     try:
         allowed = locations.parse_allowed(properties.get(ALLOWED_LOCATIONS_PROPERTY))
     except ValueError:
         allowed = ()
-    data_store = ObjectStore.from_uri(
-        root, s3_endpoint=table.config.s3_endpoint, s3_region=table.config.s3_region
-    )
-    intents = head.live_intents(now)
-    report.open_intents = len(intents)
-    intent_prefixes = [_absolute(root, i.prefix) for i in intents]
-    live_ids = {i.intent_id for i in intents}
-    report.root = root
-    report.cutoff_ms = cutoff
-    report.protected_prefixes = [
-        i.prefix
-        if not locations.is_absolute_uri(i.prefix)
-        else (locations.relative_to(i.prefix, root) or i.prefix)
-        for i in intents
-    ]
-
-    def protected(full: str) -> bool:
-        """Under a live intent, unless its footer names a commit no live intent announces."""
-        if not any(full.startswith(prefix) for prefix in intent_prefixes):
-            return False
-        return not _claimed_elsewhere(data_store, root, full, live_ids)
-
     key = _Keys(root)
-    needed = {key(e.path) for e in history.lives if e.dropped is None or e.dropped > horizon}
-    report.referenced = {key(e.path) for e in history.lives}
-    kept_drops: list[int] = []
-    for life in history.lives:
-        if life.dropped is None or life.dropped > horizon or life.dropped <= done_upto:
-            continue
-        if key(life.path) in needed:
-            continue  # the same file is live again, under another id
+    now = max(history.newest_ms, head.last_accepted_timestamp_ms)
+    doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
+    if (fresh_clock if fresh_clock is not None else not dry_run) and _clock_too_old(head, kept, now, grace):
+        try:
+            now = max(now, broker_clock.now_ms(table, head.protocol, end))
+        except NotAuthorized as exc:  # no WRITE on the topic: judge by the newest record (deletes less)
+            log.warning(
+                "vacuum could not write a clock record", extra={"table": report.table, "error": str(exc)}
+            )
+        doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
+    report.broker_now_ms = now
+    for life in doomed + kept:
         if locations.is_absolute_uri(life.path) and locations.allowed_problem(life.path, root, allowed):
             raise UnsafeLocation(
                 f"{table.name}: a dropped segment's path {life.path[:200]!r} lies outside the table's "
                 "root and allowed locations; vacuum deletes nothing (remove it by hand if it is yours)"
             )
-        if life.dropped_ms > cutoff:
-            report.kept_by_grace += 1
-            kept_drops.append(life.dropped)
-            continue
-        report.files.append(Doomed(_absolute(root, life.path), life.size, "dropped"))
-    if orphans or listing is not None:
-        listed = data_store.list_files("data") if listing is None else listing
-        for relative, size, mtime_ms in listed:
-            if not relative.startswith("data/"):
-                raise InvalidArgument(f"listing holds {relative[:200]!r}, outside the table's data/")
-            if relative in report.referenced:
-                continue
-            if mtime_ms > cutoff:
-                report.kept_by_grace += 1
-                continue
-            full = f"{root.rstrip('/')}/{relative}"
-            if protected(full):
-                report.kept_by_intent += 1
-                continue
-            report.files.append(Doomed(full, size, "orphan"))
+    report.kept_by_grace += len(kept)
+    report.files.extend(
+        Doomed(_absolute(root, life.path), life.size, "dropped", key(life.path)) for life in doomed
+    )
+    intents = head.live_intents(now)
+    report.open_intents = len(intents)
+    report.root = root
+    report.cutoff_ms = -1 if storage_now is None else storage_now - grace
+    report.protected_prefixes = [_relative_prefix(i.prefix, root) for i in intents]
+    report.referenced = {key(e.path) for e in history.lives}
+    report.recheck = Recheck(table, head, root, {i.intent_id for i in head.intents.values()}, data_store)
+    _orphans(report, data_store, listed, intents)
     report.files.extend(_history_objects(table, properties, now))
     _dedupe(report)
-    report.dropped_done_upto = min([horizon, *(d - 1 for d in kept_drops)])
+    report.dropped_done_upto = min(
+        [horizon, *(life.dropped - 1 for life in kept if life.dropped is not None)]
+    )
     if not dry_run:
         execute(table, report, progress)
     return report
+
+
+def dropped_files(
+    lives: Iterable[SegmentLife], key: Callable[[str], str], horizon: int, done_upto: int, cutoff_ms: int
+) -> tuple[list[SegmentLife], list[SegmentLife]]:
+    """The dropped files that may go, and those the grace period keeps: each file's *last* life.
+
+    A file (one ``key``) may have been registered, dropped and registered again; it is
+    deletable only when every life after ``done_upto`` (the earlier ones were dealt with by
+    an earlier run) ended with a drop at a version ≤ ``horizon``, and goes only when the
+    newest of those drops is older than ``cutoff_ms`` (broker time). Each file appears once,
+    as its last life.
+    """
+    by_key: dict[str, list[SegmentLife]] = {}
+    for life in lives:
+        if life.dropped is None or life.dropped > done_upto:
+            by_key.setdefault(key(life.path), []).append(life)
+    doomed: list[SegmentLife] = []
+    kept: list[SegmentLife] = []
+    for group in by_key.values():
+        if any(life.dropped is None or life.dropped > horizon for life in group):
+            continue  # some version ≥ H references the file
+        last = max(group, key=lambda life: (life.dropped or 0, life.dropped_ms))
+        newest_ms = max(life.dropped_ms for life in group)
+        (kept if newest_ms > cutoff_ms else doomed).append(
+            SegmentLife(last.path, last.size, last.added, last.dropped, newest_ms)
+        )
+    return doomed, kept
+
+
+def _clock_too_old(head: TableState, kept: list[SegmentLife], now_ms: int, grace_ms: int) -> bool:
+    """Whether the newest record's time keeps what this machine's clock would let go (a drop's
+    grace, an intent's TTL): then the broker is asked for its now. Never on a table that
+    cannot take the clock record (no ``lifecycle`` feature)."""
+    if not lifecycle.has_feature(head.protocol):
+        return False
+    local = int(time.time() * 1000)
+    return any(life.dropped_ms <= local - grace_ms for life in kept) or any(
+        now_ms < i.expires_ms <= local for i in head.intents.values()
+    )
+
+
+def _storage_now(store: ObjectStore, dry_run: bool) -> int | None:
+    """The storage's time now (``ObjectStore.clock_ms``); a dry run that may not write there
+    falls back to this machine's clock (it deletes nothing)."""
+    try:
+        return store.clock_ms(STORAGE_CLOCK_OBJECT)
+    except OSError as exc:
+        if dry_run:
+            return int(time.time() * 1000)
+        raise ServiceUnavailable(
+            f"vacuum could not write {store.uri(STORAGE_CLOCK_OBJECT)} to learn the storage's time "
+            f"({exc}); nothing was deleted"
+        ) from exc
+
+
+def _orphans(
+    report: VacuumReport,
+    store: ObjectStore,
+    listed: Iterable[tuple[str, int, int]],
+    intents: list[OpenIntent],
+) -> None:
+    """The listed files nothing references, old enough by the storage's clock, under no live intent."""
+    root = report.root
+    intent_prefixes = [_absolute(root, i.prefix) for i in intents]
+    live_ids = {i.intent_id for i in intents}
+    cutoff = report.cutoff_ms
+    for relative, size, mtime_ms in listed:
+        if not relative.startswith("data/"):
+            raise InvalidArgument(f"listing holds {relative[:200]!r}, outside the table's data/")
+        if relative in report.referenced:
+            continue
+        if cutoff < 0 or mtime_ms < 0 or mtime_ms >= cutoff:  # an unknown age is never old enough
+            report.kept_by_grace += 1
+            continue
+        full = f"{root.rstrip('/')}/{relative}"
+        if any(full.startswith(prefix) for prefix in intent_prefixes) and not _claimed_elsewhere(
+            store, root, full, live_ids
+        ):
+            report.kept_by_intent += 1
+            continue
+        report.files.append(Doomed(full, size, "orphan", relative))
 
 
 def _leased_versions(table: Table, leases: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
@@ -291,13 +383,87 @@ class _Keys:
 
 
 def execute(table: Table, report: VacuumReport, progress: Progress | None = None) -> None:
-    """Delete what a (dry-run) report lists, in batches, and record the run."""
+    """Delete what a (dry-run) report lists, in batches, each re-checked against the log's end
+    right before it goes (``Recheck``), and record the run."""
     config = table.config
     store = ObjectStore.from_uri(report.root, s3_endpoint=config.s3_endpoint, s3_region=config.s3_region)
     report.dry_run = False
     _delete(report, store, table, progress)
     if table.files is not None:
         _record(table, report)
+
+
+class Recheck:
+    """The log read again right before files go: what a commit registered, or a write intent
+    announced, after the vacuum read the head is kept.
+
+    Holds the vacuum's image of the head; ``refresh`` judges the records after it (one
+    watermark request when there are none). A path registered since the plan is kept, whatever
+    the reason it was planned for; an orphan under a write intent opened since the plan is kept
+    by the plan's own rule (unless its footer names a commit no open intent announces). The
+    window that remains is the time between a batch's ``refresh`` and its deletes: a commit
+    accepted then that registers a file written before the vacuum started can lose that file
+    (docs/LIFECYCLE.md, "Races").
+    """
+
+    def __init__(
+        self, table: Table, image: TableState, root: str, known_intents: set[str], store: ObjectStore
+    ) -> None:
+        self.table = table
+        self.image = image
+        self.root = root
+        self.store = store
+        self.key = _Keys(root)
+        self.known_intents = known_intents
+        """Intents the plan already judged (their files are kept or not by the plan)."""
+        self.added: set[str] = set()
+        """Keys of the paths registered since the plan."""
+        self.prefixes: list[str] = []
+        """Prefixes (relative to the root where under it) of the intents opened since the plan."""
+        self._open_ids: set[str] = set()
+        self._follower: Follower | None = None
+
+    def __enter__(self) -> Recheck:
+        self._follower = Follower(self.table.config, self.table.name, self.image, files=self.table.files)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
+
+    def refresh(self) -> None:
+        """Judge every record up to the log's end now."""
+        assert self._follower is not None, "use Recheck as a context manager"
+        self._follower.catch_up(listener=self._listen)
+        intents = self.image.intents.values()  # expired or not: when in doubt, keep
+        self._open_ids = {i.intent_id for i in intents}
+        self.prefixes = [
+            _relative_prefix(i.prefix, self.root) for i in intents if i.intent_id not in self.known_intents
+        ]
+
+    def _listen(self, applied: Applied, _: TableState) -> None:
+        delta = applied.delta
+        if applied.verdict.outcome is Outcome.ACCEPTED and delta is not None:
+            self.added.update(self.key(segment.path) for segment in delta.added)
+
+    def keeps(self, item: Doomed) -> bool:
+        """Whether a planned deletion must not happen after all (history objects never change)."""
+        if not item.key:
+            return False
+        if item.key in self.added:
+            return True
+        if item.reason != "orphan" or not any(item.key.startswith(p) for p in self.prefixes):
+            return False
+        return not _claimed_elsewhere(self.store, self.root, item.path, self._open_ids)
+
+
+def _relative_prefix(prefix: str, root: str) -> str:
+    if not locations.is_absolute_uri(prefix):
+        return prefix
+    return locations.relative_to(prefix, root) or prefix
 
 
 def _claimed_elsewhere(store: ObjectStore, root: str, full: str, live_ids: set[str]) -> bool:
@@ -331,7 +497,7 @@ def _dedupe(report: VacuumReport) -> None:
 
 
 @dataclass(slots=True)
-class _Life:
+class SegmentLife:
     """One segment's life in the replayed log: its file, and the versions that added and dropped it."""
 
     path: str
@@ -341,17 +507,27 @@ class _Life:
     dropped_ms: int = 0
 
 
-@dataclass
 class _History:
-    """What the log says between the start image and the head: every segment's life."""
+    """Every segment's life between the start image and the head, kept current by a follower.
 
-    head_state: TableState
-    lives: list[_Life]
+    Replays from the newest key frame before ``start`` (from the start of the log, or the
+    oldest key frame when history retention removed what was before it); ``catch_up`` reads
+    on to the log's end. ``newest_ms`` is the newest broker time among the records read: a
+    time the broker has certainly reached.
+    """
+
+    def __init__(self, table: Table, state: TableState) -> None:
+        self.lives: list[SegmentLife] = []
+        self._live: dict[str, SegmentLife] = {}
+        self.newest_ms = -1
+        for sid, segment in state.segments.items():
+            life = SegmentLife(segment.segment.path, segment.segment.size_bytes, segment.added_version)
+            self._live[sid] = life
+            self.lives.append(life)
+        self._follower = Follower(table.config, table.name, state, files=table.files)
 
     @classmethod
-    def replay(cls, table: Table, start: int, end: int) -> _History:
-        """Replay from the newest key frame before ``start`` to ``end`` (from the start of the log,
-        or the oldest key frame when history retention removed what was before it)."""
+    def open(cls, table: Table, start: int) -> _History:
         files = table.files
         assert files is not None
         frame = None
@@ -363,28 +539,34 @@ class _History:
         except OSError:
             frame = None
         state = keyframe.light_state(frame) if frame is not None else TableState(table.name.qualified)
-        lives: list[_Life] = []
-        live: dict[str, _Life] = {}
-        for sid, segment in state.segments.items():
-            live[sid] = _Life(segment.segment.path, segment.segment.size_bytes, segment.added_version)
-            lives.append(live[sid])
+        return cls(table, state)
 
-        def listen(applied: Applied, _: TableState) -> None:
-            delta = applied.delta
-            if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
-                return
-            for sid in delta.dropped:
-                gone = live.pop(sid, None)
-                if gone is not None:
-                    gone.dropped, gone.dropped_ms = delta.version, delta.timestamp_ms
-            for segment in delta.added:
-                life = _Life(segment.path, segment.size_bytes, delta.version)
-                live[segment.segment_id] = life
-                lives.append(life)
+    def __enter__(self) -> _History:
+        return self
 
-        with Follower(table.config, table.name, state, files=table.files) as follower:
-            final = follower.catch_up(end, listener=listen, exact=True)
-        return cls(final, lives)
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._follower.close()
+
+    def catch_up(self) -> TableState:
+        """The image at the log's end now (one watermark request, then the records after the image)."""
+        end = self._follower.log_end()
+        return self._follower.catch_up(end, listener=self._listen, exact=True)
+
+    def _listen(self, applied: Applied, _: TableState) -> None:
+        self.newest_ms = max(self.newest_ms, applied.timestamp_ms)
+        delta = applied.delta
+        if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
+            return
+        for sid in delta.dropped:
+            gone = self._live.pop(sid, None)
+            if gone is not None:
+                gone.dropped, gone.dropped_ms = delta.version, delta.timestamp_ms
+        for segment in delta.added:
+            life = SegmentLife(segment.path, segment.size_bytes, delta.version)
+            self._live[segment.segment_id] = life
+            self.lives.append(life)
 
 
 def _history_objects(table: Table, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
@@ -450,7 +632,17 @@ def _delete(report: VacuumReport, data_store: ObjectStore, table: Table, progres
         fs = fs_cache[scheme][0]
         return fs, path.split("://", 1)[1]
 
-    def delete_batch(batch: list[Doomed]) -> tuple[int, int, int]:
+    lock = threading.Lock()
+    kept: list[Doomed] = []
+
+    def delete_batch(batch: list[Doomed], recheck: Recheck | None) -> tuple[int, int, int]:
+        if recheck is not None:
+            with lock:  # one reader of the log; the deletes themselves run in parallel
+                recheck.refresh()
+                saved = [item for item in batch if recheck.keeps(item)]
+                kept.extend(saved)
+            if saved:
+                batch = [item for item in batch if item not in saved]
         deleted = gone = size = 0
         for item in batch:
             fs, native = filesystem_for(item.path)
@@ -474,16 +666,24 @@ def _delete(report: VacuumReport, data_store: ObjectStore, table: Table, progres
         if progress is not None:
             progress(done, total)
 
+    checking = report.recheck if report.recheck is not None and items else None
     pool = ThreadPoolExecutor(max_workers=DELETE_THREADS)
     try:  # a few batches in flight at a time: a stop (or a kill) leaves the rest for the next run
-        for start in range(0, total, BATCH):
-            in_flight.append(pool.submit(delete_batch, items[start : start + BATCH]))
-            if len(in_flight) >= 2 * DELETE_THREADS:
+        with contextlib.ExitStack() as stack:
+            if checking is not None:
+                stack.enter_context(checking)
+            for start in range(0, total, BATCH):
+                in_flight.append(pool.submit(delete_batch, items[start : start + BATCH], checking))
+                if len(in_flight) >= 2 * DELETE_THREADS:
+                    settle(in_flight.popleft())
+            while in_flight:
                 settle(in_flight.popleft())
-        while in_flight:
-            settle(in_flight.popleft())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if kept:
+            saved_paths = {item.path for item in kept}
+            report.files = [item for item in report.files if item.path not in saved_paths]
+            report.kept_by_recheck += len(kept)
     log.info(
         "vacuum done",
         extra={

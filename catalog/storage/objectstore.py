@@ -249,14 +249,29 @@ class ObjectStore:
         return read_footer_provenance(self._backend.fs, self._full(path))
 
     def list_files(self, prefix: str = "") -> builtins.list[tuple[str, int, int]]:
-        """``(key, size, mtime_ms)`` of every file under ``prefix``, temp files included (vacuum)."""
+        """``(key, size, mtime_ms)`` of every file under ``prefix``, temp files included (vacuum);
+        ``mtime_ms`` is -1 when the storage does not say (an unknown age: never old enough)."""
         root = self._backend.root.rstrip("/")
         strip = len(root) + 1
         return [
-            (info.path[strip:], int(info.size or 0), (info.mtime_ns or 0) // 1_000_000)
+            (
+                info.path[strip:],
+                int(info.size or 0),
+                -1 if info.mtime_ns is None else info.mtime_ns // 1_000_000,
+            )
             for info in self._infos(prefix)
             if info.type == pafs.FileType.File
         ]
+
+    def clock_ms(self, path: str) -> int | None:
+        """The storage's own time now: the modification time (ms) of ``path`` written afresh.
+
+        File ages (``list_files``' ``mtime_ms``) are in the storage's clock, which need not be
+        this machine's; comparing them with this value compares like with like. None when the
+        storage keeps no modification times."""
+        self.put(path, b"")
+        mtime_ns = self._backend.fs.get_file_info(self._full(path)).mtime_ns
+        return None if mtime_ns is None else int(mtime_ns) // 1_000_000
 
     def __repr__(self) -> str:
         return f"ObjectStore({self._uri_prefix!r})"
