@@ -126,6 +126,14 @@ class TableDropped(SegcatError):
     """The table is dropped (in the recycle bin until purged); ``segcat table undrop`` brings it back."""
 
 
+class IncompatibleSchema(SegcatError, ValueError):
+    """Live files of one table hold a column in types no reader can widen to one type.
+
+    The message names the column, both types and a file (with the version that added it) of
+    each; rewrite or drop one side's files (``REPLACE``) to read the table again.
+    """
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -163,6 +171,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (InvalidCommit, EXIT_INVALID),
     (CommitTooLarge, EXIT_INVALID),
     (InvalidTableName, EXIT_INVALID),
+    (IncompatibleSchema, EXIT_INVALID),
     (ConfigError, EXIT_INVALID),
     (CommitConflict, EXIT_CONFLICT),
     (TableAlreadyExists, EXIT_CONFLICT),

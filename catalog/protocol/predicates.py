@@ -23,10 +23,12 @@ can always be applied, by Spark or by anything else, with the same meaning:
 
 Keywords are case-insensitive. Comparing with NULL is refused (it is never true in SQL;
 ``IS NULL`` is what is meant), and so is a number Spark cannot hold as a literal (more than
-38 digits). What a parsed predicate means, literals of another type than the column
-included, is docs/PROTOCOL.md §4a. ``to_sql`` writes a predicate back in this grammar (a
-left-deep AND / OR chain flat, so long chains stay within ``MAX_DEPTH``), so
-``parse_predicate(to_sql(p)) == p``.
+38 digits), text with a lone surrogate, more than ``MAX_DEPTH`` (64) parentheses and NOTs
+enclosing any point of the text, and a predicate whose AND / OR / NOT tree is deeper than
+``MAX_DEPTH`` (a run of ANDs, or of ORs, is one level: ``expressions``). What a parsed
+predicate means, literals of another type than the column included, is docs/PROTOCOL.md
+§4a. ``to_sql`` writes a predicate back in this grammar (an AND / OR chain flat, however
+long), so ``parse_predicate(to_sql(p)) == p``.
 """
 
 from __future__ import annotations
@@ -38,10 +40,18 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from segcat.catalog.errors import InvalidPredicate
-from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
-
-MAX_DEPTH = 64
-"""Nesting deeper than this is refused (no recursion blow-up on hostile input)."""
+from segcat.catalog.protocol.expressions import (
+    MAX_DEPTH,
+    And,
+    Compare,
+    IsIn,
+    IsNull,
+    LiteralValue,
+    Not,
+    Or,
+    Predicate,
+    unicode_text,
+)
 
 _TOKEN = re.compile(
     r"""
@@ -136,23 +146,22 @@ class _Parser:
         return result
 
     def nested(self) -> None:
+        """One more "(" or NOT encloses what follows: at most ``MAX_DEPTH`` may (bounded recursion)."""
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise InvalidPredicate(f"predicate nests deeper than {MAX_DEPTH} levels")
+            raise InvalidPredicate(f"predicate nests more than {MAX_DEPTH} parentheses and NOTs")
 
     def or_(self) -> Predicate:
-        self.nested()
-        result = self.and_()
+        parts = [self.and_()]
         while self.keyword("OR"):
-            result = Or(result, self.and_())
-        self.depth -= 1
-        return result
+            parts.append(self.and_())
+        return parts[0] if len(parts) == 1 else Or(*parts)
 
     def and_(self) -> Predicate:
-        result = self.not_()
+        parts = [self.not_()]
         while self.keyword("AND"):
-            result = And(result, self.not_())
-        return result
+            parts.append(self.not_())
+        return parts[0] if len(parts) == 1 else And(*parts)
 
     def not_(self) -> Predicate:
         if self.keyword("NOT"):
@@ -163,7 +172,9 @@ class _Parser:
         token = self.peek()
         if token is not None and token.kind == "punct" and token.text == "(":
             self.take()
+            self.nested()
             inner = self.or_()
+            self.depth -= 1
             self.expect_punct(")")
             return inner
         return self.test()
@@ -302,7 +313,7 @@ def parse_predicate(text: str) -> Predicate:
     """Parse ``text`` (the grammar above) into a predicate; ``InvalidPredicate`` says what is wrong."""
     if not isinstance(text, str):
         raise InvalidPredicate(f"a predicate is text, not {type(text).__name__}")
-    return _Parser(text).parse()
+    return _Parser(unicode_text(text, "the predicate")).parse()
 
 
 # ---------------------------------------------------------------------------- writing back
@@ -311,17 +322,9 @@ def parse_predicate(text: str) -> Predicate:
 def to_sql(predicate: Predicate) -> str:
     """``predicate`` in the grammar above (fully parenthesised, so precedence never matters)."""
     if isinstance(predicate, And | Or):
-        # a left-deep chain is written flat, "(a AND b AND c)", which parses back to the same
-        # left-deep tree without nesting (long chains stay within MAX_DEPTH)
-        kind = type(predicate)
-        parts: list[Predicate] = []
-        node: Predicate = predicate
-        while isinstance(node, kind):
-            parts.append(node.right)
-            node = node.left
-        parts.append(node)
-        word = " AND " if kind is And else " OR "
-        return "(" + word.join(to_sql(part) for part in reversed(parts)) + ")"
+        # a chain is written flat, "(a AND b AND c)", and parses back to the same chain
+        word = " AND " if isinstance(predicate, And) else " OR "
+        return "(" + word.join(to_sql(part) for part in predicate.parts) + ")"
     if isinstance(predicate, Not):
         return f"(NOT {to_sql(predicate.operand)})"
     if isinstance(predicate, IsNull):
