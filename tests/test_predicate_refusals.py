@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import pickle
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from segcat.catalog.errors import InvalidPredicate
 from segcat.catalog.protocol.expressions import MAX_DEPTH, Not, Predicate, col
+from segcat.catalog.protocol.predicates import MAX_DEPTH as PARSER_DEPTH
 from segcat.catalog.protocol.predicates import parse_predicate, to_sql
 from tests.pruning_support import describe, kept, snapshots
 
@@ -80,6 +82,15 @@ def test_nesting_is_bounded_and_double_negation_cancels() -> None:
         for _ in range(10_000):
             deep = Not(deep)
     assert deep.depth == MAX_DEPTH
+    alternating_deepest: Predicate = base
+    for k in range(MAX_DEPTH // 3):
+        alternating_deepest = ~((alternating_deepest | (col("j") == k)) & (col("k") == k))
+    segments = pa.table({"row_count": pa.array([1], pa.int64())})
+    for tree in (deep, alternating_deepest):  # every walk over the deepest trees stays on the stack
+        assert tree.depth >= MAX_DEPTH - 2
+        assert tree == pickle.loads(pickle.dumps(tree)) and hash(tree) and repr(tree)
+        assert tree.negated().negated().columns() == tree.columns()
+        assert (~tree).might_match(segments).to_pylist() == tree.might_match(segments).to_pylist() == [True]
     alternating: Predicate = base
     with pytest.raises(InvalidPredicate, match="deeper than"):
         for k in range(10_000):
@@ -92,7 +103,14 @@ def test_nesting_is_bounded_and_double_negation_cancels() -> None:
     assert parse_predicate(to_sql(chain)) == chain
     segments = pa.table({"row_count": pa.array([1], pa.int64())})
     assert (~chain).might_match(segments).to_pylist() == [True]
-    assert parse_predicate("NOT " * MAX_DEPTH + "x = 1").depth == MAX_DEPTH
+    # the deepest text the parser takes (64 levels, each an OR of an AND) builds: no verdict of a
+    # tombstone the grammar accepted changes
+    text = "x = 1"
+    for _ in range(PARSER_DEPTH - 1):
+        text = f"x = 1 OR y = 1 AND ({text})"
+    assert parse_predicate(text).depth == 2 * (PARSER_DEPTH - 1) <= MAX_DEPTH
+    with pytest.raises(InvalidPredicate):
+        parse_predicate(f"x = 1 OR y = 1 AND ({text})")
 
 
 @pytest.fixture(scope="module")

@@ -61,8 +61,11 @@ __all__ = ["MAX_DEPTH", "OPS", "And", "Column", "Compare", "IsIn", "IsNull", "Li
 __all__ += ["Predicate", "bloom_mask", "col", "literal", "stats_kind", "unicode_text"]
 
 OPS = ("==", "!=", "<", "<=", ">", ">=")
-MAX_DEPTH = 64
-"""The deepest nesting of AND / OR / NOT a predicate may have (a chain of one connective is one level)."""
+MAX_DEPTH = 128
+"""The deepest nesting of AND / OR / NOT a predicate may have (a chain of one connective is one
+level): twice the text parser's limit (``predicates.MAX_DEPTH``, 64 parentheses and NOTs, each
+parenthesis holding at most an OR of ANDs), so every text the parser takes builds; deep enough
+for any predicate a person writes, shallow enough that no walk over one nears Python's stack."""
 
 _NEGATE_OP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", "<=": ">", ">": "<="}
 _DOMAIN: dict[ColumnType, pa.DataType] = {

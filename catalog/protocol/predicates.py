@@ -23,12 +23,10 @@ can always be applied, by Spark or by anything else, with the same meaning:
 
 Keywords are case-insensitive. Comparing with NULL is refused (it is never true in SQL;
 ``IS NULL`` is what is meant), and so is a number Spark cannot hold as a literal (more than
-38 digits), text with a lone surrogate, more than ``MAX_DEPTH`` (64) parentheses and NOTs
-enclosing any point of the text, and a predicate whose AND / OR / NOT tree is deeper than
-``MAX_DEPTH`` (a run of ANDs, or of ORs, is one level: ``expressions``). What a parsed
-predicate means, literals of another type than the column included, is docs/PROTOCOL.md
-§4a. ``to_sql`` writes a predicate back in this grammar (an AND / OR chain flat, however
-long), so ``parse_predicate(to_sql(p)) == p``.
+38 digits). What a parsed predicate means, literals of another type than the column
+included, is docs/PROTOCOL.md §4a. ``to_sql`` writes a predicate back in this grammar (a
+left-deep AND / OR chain flat, so long chains stay within ``MAX_DEPTH``), so
+``parse_predicate(to_sql(p)) == p``.
 """
 
 from __future__ import annotations
@@ -40,18 +38,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from segcat.catalog.errors import InvalidPredicate
-from segcat.catalog.protocol.expressions import (
-    MAX_DEPTH,
-    And,
-    Compare,
-    IsIn,
-    IsNull,
-    LiteralValue,
-    Not,
-    Or,
-    Predicate,
-    unicode_text,
-)
+from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
+
+MAX_DEPTH = 64
+"""Nesting deeper than this is refused (no recursion blow-up on hostile input)."""
 
 _TOKEN = re.compile(
     r"""
@@ -146,15 +136,16 @@ class _Parser:
         return result
 
     def nested(self) -> None:
-        """One more "(" or NOT encloses what follows: at most ``MAX_DEPTH`` may (bounded recursion)."""
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise InvalidPredicate(f"predicate nests more than {MAX_DEPTH} parentheses and NOTs")
+            raise InvalidPredicate(f"predicate nests deeper than {MAX_DEPTH} levels")
 
     def or_(self) -> Predicate:
+        self.nested()
         parts = [self.and_()]
         while self.keyword("OR"):
             parts.append(self.and_())
+        self.depth -= 1
         return parts[0] if len(parts) == 1 else Or(*parts)
 
     def and_(self) -> Predicate:
@@ -172,9 +163,7 @@ class _Parser:
         token = self.peek()
         if token is not None and token.kind == "punct" and token.text == "(":
             self.take()
-            self.nested()
             inner = self.or_()
-            self.depth -= 1
             self.expect_punct(")")
             return inner
         return self.test()
@@ -313,7 +302,7 @@ def parse_predicate(text: str) -> Predicate:
     """Parse ``text`` (the grammar above) into a predicate; ``InvalidPredicate`` says what is wrong."""
     if not isinstance(text, str):
         raise InvalidPredicate(f"a predicate is text, not {type(text).__name__}")
-    return _Parser(unicode_text(text, "the predicate")).parse()
+    return _Parser(text).parse()
 
 
 # ---------------------------------------------------------------------------- writing back
