@@ -393,14 +393,13 @@ def orphans_scenario(
 def recover_in_process(config: Config, table: str, end: int) -> dict[str, float]:
     """``TableMaterializer(…, redis=None).recover()`` then every record after it applied, to ``end``."""
     from segcat.catalog.log.reader import LogReader
-    from segcat.catalog.storage.objectstore import ObjectStore
-    from segcat.catalog.storage.table_files import TableFiles
     from segcat.materializer.table_materializer import TableMaterializer
 
     name = table_name(table)
+    files = _bound_files(config, table)
     gc.collect()
     t0 = time.perf_counter()
-    materializer = TableMaterializer(name, config, None, TableFiles(ObjectStore.from_config(config), name))
+    materializer = TableMaterializer(name, config, None, files)
     next_offset = materializer.recover()
     t1 = time.perf_counter()
     applied = 0
@@ -421,16 +420,25 @@ def recover_in_process(config: Config, table: str, end: int) -> dict[str, float]
     }
 
 
-def profile_recover(config: Config, table: str) -> dict[str, Any]:
-    """cProfile of one ``TableMaterializer.recover()`` (after one unprofiled call)."""
+def _bound_files(config: Config, table: str) -> Any:
+    """The table's objects as the materializer service wrote them: bound to its topic's log."""
+    from segcat.catalog.log.topics import TopicAdmin
     from segcat.catalog.storage.objectstore import ObjectStore
     from segcat.catalog.storage.table_files import TableFiles
+
+    name = table_name(table)
+    return TableFiles(ObjectStore.from_config(config), name, TopicAdmin(config).describe(name).topic_id)
+
+
+def profile_recover(config: Config, table: str) -> dict[str, Any]:
+    """cProfile of one ``TableMaterializer.recover()`` (after one unprofiled call)."""
     from segcat.materializer.table_materializer import TableMaterializer
 
     name = table_name(table)
+    files = _bound_files(config, table)
 
     def once() -> None:
-        TableMaterializer(name, config, None, TableFiles(ObjectStore.from_config(config), name)).recover()
+        TableMaterializer(name, config, None, files).recover()
 
     return runner.profile(once, calls=1, top=12, focus=RECOVER_FOCUS)
 

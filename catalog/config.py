@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from segcat.catalog import urls
 from segcat.catalog.errors import ConfigError
 
 _N = TypeVar("_N", int, float)
@@ -77,17 +78,23 @@ class Config:
         src.table("stack")  # the local stack's section (segcat.local_stack reads it)
         home = Path(src.text("SEGCAT_HOME", "home", ".segcat")).absolute()
         kafka_cfg, origins = src.kafka()
-        redis_url = src.text("SEGCAT_REDIS_URL", "redis_url", DEFAULT_REDIS_URL)
-        if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(
-                f"{src.origin('SEGCAT_REDIS_URL', 'redis_url')} must start with redis://, rediss:// or unix://"
-            )
+        redis_url = urls.check_redis_url(
+            src.text("SEGCAT_REDIS_URL", "redis_url", DEFAULT_REDIS_URL),
+            src.origin("SEGCAT_REDIS_URL", "redis_url"),
+        )
+        s3_endpoint = src.optional_text("SEGCAT_S3_ENDPOINT", "s3_endpoint")
+        if s3_endpoint is not None:
+            urls.check_endpoint(s3_endpoint, src.origin("SEGCAT_S3_ENDPOINT", "s3_endpoint"))
         return cls(
-            bootstrap_servers=src.text(
-                "SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS
+            bootstrap_servers=urls.check_bootstrap_servers(
+                src.text("SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers", DEFAULT_BOOTSTRAP_SERVERS),
+                src.origin("SEGCAT_BOOTSTRAP_SERVERS", "bootstrap_servers"),
             ),
             redis_url=redis_url,
-            warehouse=src.text("SEGCAT_WAREHOUSE", "warehouse", str(home / "warehouse")),
+            warehouse=urls.check_warehouse(
+                src.text("SEGCAT_WAREHOUSE", "warehouse", str(home / "warehouse")),
+                src.origin("SEGCAT_WAREHOUSE", "warehouse"),
+            ),
             home=home,
             kafka=kafka_cfg,
             kafka_origins=origins,
@@ -97,7 +104,7 @@ class Config:
             redis_username=src.optional_text("SEGCAT_REDIS_USERNAME", "redis_username"),
             redis_password=src.optional_text("SEGCAT_REDIS_PASSWORD", "redis_password"),
             redis_cluster=src.flag("SEGCAT_REDIS_CLUSTER", "redis_cluster", False),
-            s3_endpoint=src.optional_text("SEGCAT_S3_ENDPOINT", "s3_endpoint"),
+            s3_endpoint=s3_endpoint,
             s3_region=src.optional_text("SEGCAT_S3_REGION", "s3_region"),
             keyframe_every_commits=src.integer(
                 "SEGCAT_KEYFRAME_EVERY_COMMITS", "keyframe_every_commits", 1_000, 1, 2**31 - 1

@@ -96,6 +96,27 @@ class CommitConflict(SegcatError):
         super().__init__(f"commit {where} by rule {rule}: {detail}{at}")
 
 
+class ColumnTypeConflict(SegcatError):
+    """The commit gives a column stats of another type than the table fixed for it (rule 4d).
+
+    Not a conflict to retry: the type is fixed for good, so the same data can never be accepted
+    (exit code 2). Write the column with the table's type, or into another table. ``version`` is
+    the offset the rejected record took (None: the writer saw it before sending),
+    ``conflicting_version`` the version that fixed the type; the log's verdict stays REJECTED 4d.
+    """
+
+    def __init__(
+        self, rule: str, detail: str, *, version: int | None, conflicting_version: int | None
+    ) -> None:
+        self.rule = rule
+        self.detail = detail
+        self.version = version
+        self.conflicting_version = conflicting_version
+        at = f" (fixed at version {conflicting_version})" if conflicting_version is not None else ""
+        where = "not sent" if version is None else f"rejected at offset {version}"
+        super().__init__(f"commit {where} by rule {rule}: {detail}{at}; the column's type never changes")
+
+
 class InvalidCommit(SegcatError):
     """The log judged our record INVALID (it reached Kafka but breaks the protocol)."""
 
@@ -169,6 +190,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (InvalidArgument, EXIT_INVALID),  # InvalidPredicate too
     (MalformedCommit, EXIT_INVALID),
     (InvalidCommit, EXIT_INVALID),
+    (ColumnTypeConflict, EXIT_INVALID),
     (CommitTooLarge, EXIT_INVALID),
     (InvalidTableName, EXIT_INVALID),
     (IncompatibleSchema, EXIT_INVALID),

@@ -8,6 +8,7 @@ from rich.table import Table as RichTable
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import commit_to_json, dumps, segment_to_json
 from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.table import Catalog
 from segcat.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts, print_note, replay_progress, segments_view
@@ -96,17 +97,19 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
     table = Catalog(Config.load()).table(name)
     with replay_progress(table, "replaying") as listener:
         snap = table.snapshot(version, as_of, listener=listener)
-    print_note(snap.note)
+    note = snap.note or snapshot_json.version_note(table, version, snap)
+    print_note(note)
     segments = snap.segment_list()
     if as_json:
         listed = segments if limit is None else segments[:limit]
+        shown = snapshot_json.document(snap, listed, note)
         click.echo(
             dumps(
                 {
                     "table": str(table.name),
-                    "version": snap.version,
-                    "timestamp_ms": snap.timestamp_ms,
-                    "note": snap.note,
+                    "version": shown["version"],
+                    "timestamp_ms": shown["timestamp_ms"],
+                    "note": shown["note"],
                     "live_segments": len(segments),
                     "listed": len(listed),
                     "truncated": len(listed) < len(segments),
@@ -114,8 +117,9 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
                     "bytes": snap.live_bytes,
                     "schema": snap.schema,
                     "properties": snap.properties,
-                    "tombstones": [{"predicate": t.predicate, "version": t.version} for t in snap.tombstones],
-                    "segments": [segment_to_json(s) for s in listed],
+                    "tombstones": shown["tombstones"],
+                    "tombstones_apply": shown["tombstones_apply"],
+                    "segments": shown["segments"],
                 }
             )
         )
@@ -136,11 +140,37 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
 @click.argument("name")
 @click.argument("from_version", type=VERSION)
 @click.argument("to_version", type=VERSION)
-@click.option("--limit", type=COUNT, default=TEXT_LIMIT, show_default=True, help="Segments to list per side.")
-def diff_cmd(name: str, from_version: int, to_version: int, limit: int) -> None:
+@click.option(
+    "--limit", type=COUNT, default=None, help=f"Segments to list per side (text: {TEXT_LIMIT}; --json: all)."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Strict JSON, named as SnapshotDiff; added_count/removed_count are the totals.",
+)
+def diff_cmd(name: str, from_version: int, to_version: int, limit: int | None, as_json: bool) -> None:
     """Segments to load and unload to move table NAME from FROM_VERSION to TO_VERSION."""
     table = Catalog(Config.load()).table(name)
     diff = table.diff(from_version, to_version)
+    if as_json:
+        added, removed = list(diff.added), list(diff.removed)
+        click.echo(
+            dumps(
+                {
+                    "table": str(table.name),
+                    "from_version": diff.from_version,
+                    "to_version": diff.to_version,
+                    "added_count": len(added),
+                    "removed_count": len(removed),
+                    "truncated": limit is not None and max(len(added), len(removed)) > limit,
+                    "added": [segment_to_json(s) for s in added[:limit]],
+                    "removed": [segment_to_json(s) for s in removed[:limit]],
+                }
+            )
+        )
+        return
+    limit = TEXT_LIMIT if limit is None else limit
     console.print(
         f"[bold]{table.name}[/] {diff.from_version} → {diff.to_version}: "
         f"[green]+{len(diff.added)}[/] load, [red]-{len(diff.removed)}[/] unload"

@@ -11,6 +11,7 @@ from rich.table import Table as RichTable
 
 from segcat import local_stack
 from segcat.catalog.config import DEFAULT_BOOTSTRAP_SERVERS, DEFAULT_REDIS_URL
+from segcat.catalog.protocol.jsonio import dumps
 from segcat.local_stack.settings import StackSettings
 
 console = Console()
@@ -114,9 +115,26 @@ def down() -> None:
 
 
 @stack.command("status")
-def status() -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, named as StackStatus (exit 5 too).")
+def status(as_json: bool) -> None:
     """Show each service: running, answering, pid, address and log file; exit 5 when not running."""
     result = local_stack.status(StackSettings.load())
+    if as_json:
+        services = [
+            {
+                "name": svc.name,
+                "running": svc.running,
+                "answering": svc.answering,
+                "pid": svc.pid,
+                "address": svc.address,
+                "log_path": str(svc.log_path),
+            }
+            for svc in result.services
+        ]
+        click.echo(dumps({"running": result.running, "services": services}))
+        if not result.running:
+            raise SystemExit(5)
+        return
     view = RichTable("service", "running", "answering", "pid", "address", "log")
     for svc in result.services:
         view.add_row(

@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
+from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.read.purge import purge
 from segcat.catalog.read.table import Catalog
 from segcat.cli.params import Integer
@@ -43,18 +44,47 @@ def create(name: str, max_message_bytes: int) -> None:
 
 
 @table.command("list")
-def list_tables() -> None:
+@click.option("--json", "as_json", is_flag=True, help='One JSON object: {"tables": ["ns.t", ...]}.')
+def list_tables(as_json: bool) -> None:
     """List every table on the cluster."""
-    for name in Catalog(Config.load()).list_tables():
-        console.print(str(name))
+    names = Catalog(Config.load()).list_tables()
+    if as_json:
+        click.echo(dumps({"tables": [name.qualified for name in names]}))
+        return
+    for name in names:
+        console.print(str(name), markup=False, highlight=False)
 
 
 @table.command("describe")
 @click.argument("name")
-def describe(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, named as the Python API.")
+def describe(name: str, as_json: bool) -> None:
     """Show a table's topic configuration, protocol, location and head."""
     opened = Catalog(Config.load()).table(name)
     protocol = opened.protocol()
+    if as_json:
+        head = opened.snapshot(include_dropped=True)
+        info = opened.info
+        click.echo(
+            dumps(
+                {
+                    "table": opened.name.qualified,
+                    "protocol": {"version": protocol.version, "features": list(protocol.features)},
+                    "location": opened.location(),
+                    "head_offset": opened.head_offset(),
+                    "version": head.version,
+                    "log_start": head.log_start,
+                    "dropped": head.dropped,
+                    "topic": {
+                        "name": info.name.topic,
+                        "partitions": info.partitions,
+                        "max_message_bytes": info.max_message_bytes,
+                        "config": dict(sorted(info.config.items())),
+                    },
+                }
+            )
+        )
+        return
     features = ", ".join(protocol.features) or "none"
     console.print(f"[bold]{opened.name}[/]  topic={opened.name.topic}")
     console.print(f"protocol: {protocol.version} (features: {escape(features)})")

@@ -17,7 +17,9 @@ instead of after the broker's session timeout, and a dead one is replaced within
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -35,7 +37,13 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ConfigError, InvalidTableName, SegcatError, UnsupportedProtocol
+from segcat.catalog.errors import (
+    ConfigError,
+    InvalidTableName,
+    SegcatError,
+    TableNotFound,
+    UnsupportedProtocol,
+)
 from segcat.catalog.log.clients import consumer_config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.model import LogRecord
@@ -149,6 +157,9 @@ _FLUSH_BEFORE_PARKING = {"rules", "archive", "keyframe"}
 
 LAG_TIMEOUT_S = 2.0
 """How long a tick waits for the tables' log ends (the lag gauges) before leaving them as they are."""
+ID_CHECK_S = 5.0
+"""How often the lag thread asks for the followed topics' ids (a topic created anew under a
+table's name is followed within about this long; readers never take its values meanwhile)."""
 
 
 def check_pattern(pattern: str) -> str:
@@ -209,6 +220,14 @@ class Materializer:
         self._brokers_down = False
         self._admin: TopicAdmin | None = None
         """For the lag gauges: one ListOffsets per tick for every table (``_lag_loop``)."""
+        self._ids_admin: TopicAdmin | None = None
+        """For the main loop: which log each table's topic is (``_identify``)."""
+        self._known_ids: dict[str, str | None] = {}
+        """Topic ids asked for a whole assignment at once, each taken by its table's recovery."""
+        self._ids_checked_at = 0.0
+        self._recreated: dict[str, str] = {}
+        """Topics the lag thread found with another topic id than their table's image: the main
+        loop recovers them (the topic was deleted and created again under the same name)."""
         self._kafka_error: tuple[str, str, float] | None = None
         self._kafka_throttle = Throttle()
         self.writer: FrameWriter | None = None
@@ -219,6 +238,7 @@ class Materializer:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         positioned = []
         failed: list[tuple[str, TableMaterializer, Exception]] = []
+        self._prefetch_ids(partitions)
         for tp in partitions:
             try:
                 name = TableName.from_topic(tp.topic)
@@ -229,7 +249,13 @@ class Materializer:
                 log.error("table topic has more than one partition; ignoring it", extra={"topic": tp.topic})
                 continue
             table = TableMaterializer(
-                name, self.config, self.redis, TableFiles(self.store, name), self.gate, self.writer
+                name,
+                self.config,
+                self.redis,
+                TableFiles(self.store, name),
+                self.gate,
+                self.writer,
+                identify=functools.partial(self._identify, name),
             )
             with self._lock:
                 self.tables[tp.topic] = table
@@ -253,6 +279,34 @@ class Materializer:
         consumer.assign(positioned)
         for topic, table, error in failed:
             self._park(consumer, topic, table, error, offset=None, stage="recover")
+
+    def _prefetch_ids(self, partitions: list[TopicPartition]) -> None:
+        """The topic ids of a whole assignment in one request (each recovery takes its own);
+        on trouble each recovery asks for itself (and parks the table if Kafka does not answer)."""
+        names = []
+        for tp in partitions:
+            with contextlib.suppress(InvalidTableName):
+                names.append(TableName.from_topic(tp.topic))
+        try:
+            found = self._ids_topic_admin().topic_ids(names)
+        except SegcatError as exc:
+            log.info("topic ids unavailable; each recovery asks again", extra={"error": str(exc)})
+            return
+        self._known_ids.update({name.topic: topic_id for name, topic_id in found.items()})
+
+    def _identify(self, name: TableName) -> str | None:
+        """Which log the table's topic is now (its topic id; None: the broker gives none)."""
+        if name.topic in self._known_ids:
+            return self._known_ids.pop(name.topic)
+        found = self._ids_topic_admin().topic_ids([name])
+        if name not in found:
+            raise TableNotFound(f"table {name} has no topic {name.topic} any more")
+        return found[name]
+
+    def _ids_topic_admin(self) -> TopicAdmin:
+        if self._ids_admin is None:
+            self._ids_admin = TopicAdmin(self.config)
+        return self._ids_admin
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -595,6 +649,7 @@ class Materializer:
 
     def _tick(self, consumer: Consumer) -> None:
         now = time.monotonic()
+        self._follow_recreated(consumer)
         for topic, table in list(self.tables.items()):
             if topic not in self.parked:
                 try:
@@ -606,6 +661,25 @@ class Materializer:
                 if topic not in self.parked and resumed is not None and now - resumed >= STRIKES_RESET_S:
                     self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
                     self._resumed_at.pop(topic, None)
+
+    def _follow_recreated(self, consumer: Consumer) -> None:
+        """Tables whose topic was created anew (another topic id) while assigned here: recover
+        each from its new log's objects and read that log from there (``_retry_due``'s steps)."""
+        with self._lock:
+            recreated, self._recreated = self._recreated, {}
+        for topic, topic_id in recreated.items():
+            table = self.tables.get(topic)
+            if table is None or topic in self.parked or table.log_id == topic_id:
+                continue
+            log.warning(
+                "table topic created anew",
+                extra={"table": table.name.qualified, "old_log_id": table.log_id, "log_id": topic_id},
+            )
+            try:
+                offset = table.recover()
+                consumer.seek(TopicPartition(topic, 0, offset))
+            except Exception as exc:
+                self._park(consumer, topic, table, exc, offset=None, stage="recover")
 
     def _lag_loop(self) -> None:
         """The lag gauges, once a tick, in a thread of their own: a slow or unanswered request
@@ -619,16 +693,23 @@ class Materializer:
     def _measure_lag(self) -> None:
         """Every followed table's log end in one ListOffsets request (the lag gauges).
 
+        A request that succeeds is also what clears ``brokers_down`` in the health answer: with no
+        table assigned a metadata request stands in for it, or the flag would stay set forever.
+
         Asked per table through the consumer in the main loop's tick, each query queued behind
         the consumer's own fetch (``fetch.wait.max.ms``), a tick over 20 tables took about a
         second and held back the notifications of the commits that arrived meanwhile.
         """
         with self._lock:
             tables = list(self.tables.values())
-        if not tables:
-            return
+        if tables:
+            self._check_topic_ids(tables)
         try:
-            ends = self._topic_admin().log_ends([table.name for table in tables])
+            if tables:
+                ends = self._topic_admin().log_ends([table.name for table in tables])
+            else:  # nothing to measure, but the health answer needs to know the brokers answer
+                self._topic_admin().list_tables()
+                ends = {}
         except SegcatError as exc:
             cause = exc.__cause__
             if isinstance(cause, KafkaException) and cause.args and isinstance(cause.args[0], KafkaError):
@@ -641,6 +722,29 @@ class Materializer:
             high = ends.get(table.name, -1)
             if high >= 0:
                 metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
+
+    def _check_topic_ids(self, tables: list[TableMaterializer]) -> None:
+        """Every ``ID_CHECK_S``, each followed table's topic id in one request: a table whose topic
+        was deleted and created again while assigned here is handed to the main loop to recover
+        (``_follow_recreated``). A check that fails waits for the next one (said at INFO: the lag
+        gauges already report an unreachable Kafka)."""
+        now = time.monotonic()
+        if now - self._ids_checked_at < ID_CHECK_S:
+            return
+        self._ids_checked_at = now
+        try:
+            ids = self._topic_admin().topic_ids([table.name for table in tables])
+        except SegcatError as exc:
+            log.info("topic ids unavailable", extra={"error": str(exc)})
+            return
+        recreated = {
+            t.name.topic: found
+            for t in tables
+            if t.log_id is not None and (found := ids.get(t.name)) is not None and found != t.log_id
+        }
+        if recreated:
+            with self._lock:
+                self._recreated.update(recreated)
 
     def _topic_admin(self) -> TopicAdmin:
         if self._admin is None:  # a short timeout: the tick must not hang while brokers are away

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -27,6 +28,7 @@ from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive, ServiceUnavailable
+from segcat.catalog.log import ownership
 from segcat.catalog.protocol import codec, lifecycle, rules
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import LogRecord
@@ -115,6 +117,8 @@ class _FrameJob:
     redis_head: Head | None
     """... and move the head there: only when no record of the main loop will (its record
     script moves the head and publishes; a head already at that offset would swallow both)."""
+    files: TableFiles
+    """The log's objects the image was recovered with (the frame is bound to ``files.log_id``)."""
 
 
 class TableMaterializer:
@@ -122,7 +126,11 @@ class TableMaterializer:
     parks the table then (``stage`` names what was being done) and later calls ``recover``.
 
     ``writer`` runs the key-frame and archive writes in the background (the service shares one
-    among its tables); without one they run inline, as they did before it existed."""
+    among its tables); without one they run inline, as they did before it existed.
+
+    ``identify`` tells which log the topic is now (its topic id, asked of Kafka on every
+    recovery): every key frame, archive and Redis value is written bound to it, and only that
+    log's are read back (docs/PROTOCOL.md §6, *Which log*). Without it ``files`` stays as given."""
 
     def __init__(
         self,
@@ -132,11 +140,13 @@ class TableMaterializer:
         files: TableFiles,
         gate: RedisGate | None = None,
         writer: FrameWriter | None = None,
+        identify: Callable[[], str | None] | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self.redis = redis
         self.files = files
+        self._identify = identify
         self.gate = gate or RedisGate()
         self.writer = writer
         self.stage = "recover"
@@ -186,6 +196,7 @@ class TableMaterializer:
             log.warning("key-frame writes still running; recovering anyway", extra={"table": self._label})
         self._generation += 1
         self._failed = None
+        self._bind()
         self._sweep_temp_files()
         search = self.files.find_newest_valid_keyframe()
         frame = search.frame
@@ -230,6 +241,28 @@ class TableMaterializer:
         )
         self._replay_archives(None)
         return self.state.version + 1
+
+    @property
+    def log_id(self) -> str | None:
+        """The log this image is of (the topic id when it was last recovered)."""
+        return self.files.log_id
+
+    def _bind(self) -> None:
+        """Ask which log the topic is now; bind the objects to it, settling once whose the flat
+        layout written before the binding is (``ownership``)."""
+        if self._identify is None:
+            return
+        log_id = self._identify()
+        if log_id != self.files.log_id:
+            if self.files.log_id is not None:
+                log.warning(
+                    "the table's topic was created anew: following the new log",
+                    extra={"table": self._label, "old_log_id": self.files.log_id, "log_id": log_id},
+                )
+            self.files = TableFiles(self.files.store, self.name, log_id)
+        ownership.settle_flat_layout(self.config, self.files)
+        if log_id is not None:
+            self.files.resolve()
 
     def _replay_archives(self, upto: int | None) -> bool:
         """Apply the archived records after the image (up to ``upto``): a key frame older than the
@@ -328,6 +361,7 @@ class TableMaterializer:
             dropped=list(delta.dropped),
             rows_delta=delta.rows_delta or 0,
             bytes_delta=delta.bytes_delta or 0,
+            log_id=self.log_id,
         )
         self._publish((prev_version, value), event)
 
@@ -380,6 +414,7 @@ class TableMaterializer:
             live_rows=state.live_rows,
             keyframe_version=self._redis_keyframe_version,
             offset=state.version,
+            log_id=self.log_id,
         )
 
     def _publish(self, accepted: tuple[int, bytes] | None, event: VersionEvent | None) -> None:
@@ -470,12 +505,18 @@ class TableMaterializer:
             head = self.redis.head(self.name)
             # the version, not the frame: fetching a big table's frame every second cost a
             # materializer tick milliseconds per table (readers verify the frame's checksum)
-            keyframe_there = self.redis.keyframe_version(self.name) is not None
+            keyframe_there = self.redis.keyframe_version(self.name, self.log_id) is not None
         except _REDIS_ERRORS as exc:
             self._redis_failed(exc)
             return
         # reads answering proves little (an ACL may allow reads only): writes reopen the gate
-        if self._redis_dirty or head is None or head.offset < self.state.version or not keyframe_there:
+        if (
+            self._redis_dirty
+            or head is None
+            or head.offset < self.state.version
+            or head.log_id != self.log_id
+            or not keyframe_there
+        ):
             self._redis_dirty = True
             self.resync_redis(move_head=True)
 
@@ -551,6 +592,7 @@ class TableMaterializer:
             to_store=to_store,
             to_redis=to_redis,
             redis_head=self._head() if to_redis and move_head else None,
+            files=self.files,
         )
         if self.writer is None:
             self._write_frame(job)
@@ -581,7 +623,7 @@ class TableMaterializer:
             if job.generation != self._generation:
                 return  # recovered meanwhile: the new image owns the frame now
             self._frame = frame
-            sealed = keyframe.seal(frame.rows, job.image, frame.layout)
+            sealed = keyframe.seal(frame.rows, job.image, frame.layout, log_id=job.files.log_id)
             if job.archive is not None:
                 stage = "archive"
                 first, pending, others = job.archive
@@ -590,10 +632,10 @@ class TableMaterializer:
                     for p in pending
                     for d in (p.delta,)
                 ]
-                self.files.write_archive(first, job.version, commits, others)
+                job.files.write_archive(first, job.version, commits, others)
             if job.to_store:
                 stage = "keyframe"
-                self.files.write_keyframe(sealed, job.version)
+                job.files.write_keyframe(sealed, job.version)
         except Exception as exc:
             self._failed = (stage, exc)
             return
@@ -621,7 +663,7 @@ class TableMaterializer:
         metrics.KEYFRAME_BYTES.labels(self._label).set(len(ipc))
         try:
             redis.register_table(self.name)
-            redis.put_keyframe(self.name, job.version, ipc, trim=True)
+            redis.put_keyframe(self.name, job.version, ipc, trim=True, log_id=job.files.log_id)
             if job.redis_head is not None:
                 redis.advance_head(self.name, job.redis_head)
         except _REDIS_ERRORS as exc:

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, Producer
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
+    ColumnTypeConflict,
     CommitConflict,
     CommitTooLarge,
     InvalidArgument,
@@ -104,6 +105,31 @@ def _refuse_dropped(name: TableName, verdict: Verdict) -> None:
         )
 
 
+def _rejection(verdict: Verdict, version: int | None) -> CommitConflict | ColumnTypeConflict:
+    """The typed error of a REJECTED verdict: a conflict to re-plan, except a column type change
+    (rule 4d), which no retry can win."""
+    kind = ColumnTypeConflict if verdict.rule is Rule.COLUMN_TYPE_CHANGE else CommitConflict
+    return kind(
+        str(verdict.rule), verdict.detail, version=version, conflicting_version=verdict.conflicting_version
+    )
+
+
+def _inert_upgrade(commit: Commit) -> str | None:
+    """Writer policy: never name a feature at a version that gives it no meaning (docs/PROTOCOL.md
+    §3b). The rules accept ``{version 1, features [lifecycle]}`` (protocol 1 did), but the feature
+    would do nothing there and every intent would be INVALID."""
+    if commit.operation is not Operation.UPGRADE_PROTOCOL or commit.protocol is None:
+        return None
+    inert = versions.inert_features(commit.protocol)
+    if not inert:
+        return None
+    needs = versions.FEATURE_MIN_VERSION[inert[0]]
+    return (
+        f"protocol feature {inert[0]!r} means nothing below protocol version {needs}: upgrade to "
+        f"version {needs} or later with it (segcat table upgrade)"
+    )
+
+
 class CommitIds:
     """Random (version 4) UUIDs for commit ids, drawn from ``os.urandom`` 256 at a time: one
     system call per id cost a pipelined writer as much as encoding the commit."""
@@ -156,7 +182,11 @@ class TableWriter:
         self._lock = threading.RLock()
         """Guards the image: held while it changes and while a commit is prejudged and produced."""
         self._producer = Producer(producer_config(config, info.max_message_bytes, linger_ms=LINGER_MS))
-        files = TableFiles(ObjectStore.from_config(config), self.name) if from_keyframe else None
+        # bound to this topic's log: a key frame or archive of a table that had the name before
+        # is never this writer's image (docs/PROTOCOL.md §6, *Which log*)
+        files = (
+            TableFiles(ObjectStore.from_config(config), self.name, info.topic_id) if from_keyframe else None
+        )
         self._follower = Follower.from_keyframe(config, self.name, files, full=True, guard=self._lock)
         self._caught_up = False
         """Whether the image has read the log's end at least once (before that it is a key frame's)."""
@@ -257,7 +287,8 @@ class TableWriter:
             raise MalformedCommit(f"commit not sent: {exc}") from exc
 
     def commit(self, commit: Commit, *, attempts: int = 3) -> int:
-        """Publish ``commit``; return its version, or raise ``CommitConflict`` / ``InvalidCommit``.
+        """Publish ``commit``; return its version, or raise ``CommitConflict`` / ``InvalidCommit``
+        (``ColumnTypeConflict`` for rule 4d, which no retry can win).
 
         Sending the same commit again (same commit_id) returns the original version. Threads
         calling this on one writer share its produce requests and catch-ups (``submit``).
@@ -272,8 +303,8 @@ class TableWriter:
 
         Many commits may be in flight: they are produced in submit order, each as its own
         record, and judged together by the writer's next catch-up. The future holds the
-        version or the error ``commit()`` would raise (``CommitConflict``, ``InvalidCommit``,
-        ``TableDropped``, ``ServiceUnavailable``, ``NotAuthorized``); what the commit alone
+        version or the error ``commit()`` would raise (``CommitConflict``, ``ColumnTypeConflict``,
+        ``InvalidCommit``, ``TableDropped``, ``ServiceUnavailable``, ``NotAuthorized``); what the commit alone
         shows wrong (``MalformedCommit``, ``CommitTooLarge``) is raised here and nothing is
         sent. The commit is prejudged on the image as of now, which does not yet hold the
         commits still in flight: a commit that drops segments added by those must wait for
@@ -305,7 +336,7 @@ class TableWriter:
                 return done
             try:
                 self._prejudge(commit)
-            except (CommitConflict, TableDropped) as exc:  # a verdict, not a malformation: the future's
+            except (CommitConflict, ColumnTypeConflict, TableDropped) as exc:  # a verdict: the future's
                 refused = CommitFuture()
                 refused.set_exception(exc)
                 return refused
@@ -325,10 +356,15 @@ class TableWriter:
         these never reach the log. A conflict the image already shows is raised as
         ``CommitConflict`` with ``version=None`` (nothing was sent). Beyond the table's own
         protocol, a writer holds every commit to the newest protocol's field rules and keeps
-        absolute paths under the table's root (protocol-1 tables, whose rules did not).
+        absolute paths under the table's root (protocol-1 tables, whose rules did not), never
+        adds one file twice under two spellings (protocol-2 tables, whose rules compared paths
+        literally) and never names a feature at a version that gives it no meaning
+        (``_inert_upgrade``).
         """
         state = self.state
         offset = state.version + 1
+        if problem := _inert_upgrade(commit):
+            raise MalformedCommit(f"commit not sent: {problem}")
         strict = max(state.protocol.version, versions.CURRENT_VERSION)
         if strict != state.protocol.version:  # at the table's own protocol, judge() checks exactly this
             problem = rules.malformation(commit, offset, self.name.qualified, strict)
@@ -337,16 +373,12 @@ class TableWriter:
         verdict = rules.judge(state, offset, commit)
         if verdict.outcome is Outcome.INVALID:
             raise MalformedCommit(f"commit not sent: {verdict.detail}")
-        if problem := _outside_root(commit, state.location or table_root(self.config, self.name), state):
+        root = state.location or table_root(self.config, self.name)
+        if problem := _outside_root(commit, root, state) or rules.same_file_added_twice(commit.adds, root):
             raise MalformedCommit(f"commit not sent: {problem}")
         if verdict.outcome is Outcome.REJECTED:
             _refuse_dropped(self.name, verdict)
-            raise CommitConflict(
-                str(verdict.rule),
-                verdict.detail,
-                version=None,
-                conflicting_version=verdict.conflicting_version,
-            )
+            raise _rejection(verdict, None)
 
     def _outcome(self, verdict: Verdict) -> int:
         if verdict.outcome in (Outcome.ACCEPTED, Outcome.NOTED):
@@ -355,12 +387,7 @@ class TableWriter:
             return verdict.original_version
         if verdict.outcome is Outcome.REJECTED:
             _refuse_dropped(self.name, verdict)
-            raise CommitConflict(
-                str(verdict.rule),
-                verdict.detail,
-                version=verdict.offset,
-                conflicting_version=verdict.conflicting_version,
-            )
+            raise _rejection(verdict, verdict.offset)
         raise InvalidCommit(verdict.detail, version=verdict.offset)
 
     def commit_with_retry(self, plan: Planner, *, max_attempts: int = 10) -> int | None:

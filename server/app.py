@@ -18,6 +18,7 @@ from segcat.server.activity import ActivityTracker
 from segcat.server.context import ServerContext
 from segcat.server.event_frames import EventFrames
 from segcat.server.metrics import ServeMetrics
+from segcat.server.redis_gate import TimeBoxedRedis
 from segcat.server.settings import ServeSettings
 from segcat.server.table_directory import TableDirectory
 from segcat.server.version_feed import FeedHub
@@ -30,15 +31,17 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
     settings = settings or ServeSettings()
     settings.check()
     metrics = ServeMetrics()
-    catalog = Catalog(config)
+    catalog = Catalog(config, use_redis=False)
+    catalog.redis = TimeBoxedRedis.for_server(config)
+    frames = EventFrames()
     ctx = ServerContext(
         config=config,
         settings=settings,
         tables=TableDirectory(catalog),
         activity=ActivityTracker(settings.activity_window_s),
-        feeds=FeedHub(catalog, settings.replay_limit, metrics.versions_seen.inc),
+        feeds=FeedHub(catalog, settings.replay_limit, metrics.versions_seen.inc, frames.size),
         metrics=metrics,
-        frames=EventFrames(),
+        frames=frames,
     )
 
     @asynccontextmanager
@@ -71,5 +74,10 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
             allow_headers=["Authorization", "Last-Event-ID", "Accept"],
             allow_credentials=False,
         )
-    app.add_middleware(AccessControl, token=settings.token, metrics=metrics)
+    app.add_middleware(
+        AccessControl,
+        token=settings.token,
+        metrics=metrics,
+        hosts=frozenset({settings.host, *settings.allowed_hosts}),
+    )
     return app

@@ -5,23 +5,40 @@ from __future__ import annotations
 import logging
 
 import click
+from click.core import ParameterSource
 
 from segcat.catalog import logs
 from segcat.catalog.config import Config
-from segcat.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings
+from segcat.catalog.errors import ConfigError
+from segcat.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings, read_token_file
 
 
 @click.command("serve")
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option(
+    "--token-file",
+    envvar="SEGCAT_SERVE_TOKEN_FILE",
+    default=None,
+    help="File holding the bearer token every request must carry (env SEGCAT_SERVE_TOKEN_FILE; "
+    "needed beyond loopback).",
+)
+@click.option(
     "--token",
     envvar="SEGCAT_SERVE_TOKEN",
     default=None,
-    help="Bearer token every request must carry (env SEGCAT_SERVE_TOKEN; needed beyond loopback).",
+    help="The bearer token itself (env SEGCAT_SERVE_TOKEN). On the command line it shows in `ps`: "
+    "prefer --token-file or the environment.",
 )
 @click.option(
     "--insecure", is_flag=True, help="Listen beyond loopback without a token (trusted networks only)."
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="Also answer requests naming this host (Host:) when no token is set (repeatable; the bound "
+    "address, localhost and IP addresses always are).",
 )
 @click.option(
     "--cors-origin",
@@ -29,13 +46,38 @@ from segcat.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings
     multiple=True,
     help="Allow this origin to call the API from a browser (repeatable; CORS is off by default).",
 )
-def serve_cmd(host: str, port: int, token: str | None, insecure: bool, cors_origins: tuple[str, ...]) -> None:
+@click.pass_context
+def serve_cmd(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    token_file: str | None,
+    token: str | None,
+    insecure: bool,
+    allowed_hosts: tuple[str, ...],
+    cors_origins: tuple[str, ...],
+) -> None:
     """Serve the HTTP API, version events (SSE) and the live dashboard, read-only."""
     from segcat.server.app import create_app
     from segcat.server.runner import bind, serve_forever, url_of
 
+    if token_file and token:
+        raise ConfigError("give the token once: --token-file or --token (SEGCAT_SERVE_TOKEN), not both")
+    if token_file:
+        token = read_token_file(token_file)
+    elif token and ctx.get_parameter_source("token") is ParameterSource.COMMANDLINE:
+        click.echo(
+            "segcat serve: warning: --token shows in `ps` to every user of this machine; "
+            "prefer --token-file or SEGCAT_SERVE_TOKEN",
+            err=True,
+        )
     settings = ServeSettings(
-        host=host, port=port, token=token or None, insecure=insecure, cors_origins=cors_origins
+        host=host,
+        port=port,
+        token=token or None,
+        insecure=insecure,
+        cors_origins=cors_origins,
+        allowed_hosts=allowed_hosts,
     )
     settings.check()
     logs.configure(logging.INFO)

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from segcat.catalog.read.watch import VersionChange
 from segcat.server import views
 
-_Key = tuple[str, int, str]
+_Key = tuple[str, int, int, str]
 
 
 class EventFrames:
@@ -24,18 +24,22 @@ class EventFrames:
         self._frames: OrderedDict[_Key, bytes] = OrderedDict()
 
     def data(self, change: VersionChange) -> str:
-        key = (change.table, change.version, change.commit_id)
+        key = (change.table, change.version, change.prev_version, change.commit_id)
         found = self._data.get(key)
         if found is None:
             found = json.dumps(views.version_event(change), separators=(",", ":"))
             _remember(self._data, key, found, self._keep)
         return found
 
+    def size(self, change: VersionChange) -> int:
+        """The bytes of ``change``'s event data (what a client's queue budget counts)."""
+        return len(self.data(change))
+
     def frame(self, change: VersionChange, event_id: str | None = None) -> bytes:
         """The whole ``id:`` / ``event:`` / ``data:`` frame; the id is the version unless given."""
         if event_id is not None:
             return _encode(event_id, self.data(change))
-        key = (change.table, change.version, change.commit_id)
+        key = (change.table, change.version, change.prev_version, change.commit_id)
         found = self._frames.get(key)
         if found is None:
             found = _encode(str(change.version), self.data(change))

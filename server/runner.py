@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from segcat.catalog.errors import ConfigError
+from segcat.server.http_limits import BoundedHttpToolsProtocol
 from segcat.server.settings import ServeSettings
 
 
@@ -46,6 +47,7 @@ def url_of(sock: socket.socket) -> str:
 def _server(app: FastAPI) -> uvicorn.Server:
     config = uvicorn.Config(
         app,
+        http=BoundedHttpToolsProtocol,  # a request's head is bounded (http_limits)
         log_config=None,  # our JSON lines (segcat.catalog.logs), not uvicorn's
         access_log=False,  # ours never logs query strings (tokens)
         lifespan="on",

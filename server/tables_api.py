@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -13,9 +15,12 @@ from fastapi.responses import Response
 
 from segcat.catalog.errors import InvalidArgument, SegcatError, ServiceUnavailable
 from segcat.catalog.protocol.jsonio import dumps
+from segcat.catalog.protocol.names import check_identifier
 from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.as_of import parse_as_of
+from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage.redis import Head
 from segcat.server import views
 from segcat.server.context import ServerContext, context
@@ -27,18 +32,22 @@ MAX_HISTORY = 5_000
 MAX_VERSION = 2**63 - 2
 
 router = APIRouter(prefix="/api/tables", tags=["tables"])
+log = logging.getLogger("segcat.serve")
 Ctx = Annotated[ServerContext, Depends(context)]
 Version = Annotated[int | None, Query(ge=0, le=MAX_VERSION, description="A version (log offset).")]
 
 
-def _redis_head(ctx: ServerContext, name: str) -> Head | None:
+def _redis_head(ctx: ServerContext, name: str, log_id: str | None) -> Head | None:
+    """The materialized head of the table's log ``log_id`` (None: none, Redis down, or a head of
+    another log: a table that had this name before, docs/PROTOCOL.md §6)."""
     redis = ctx.tables.catalog.redis
     if redis is None:
         return None
     try:
-        return redis.head(name)
+        head = redis.head(name)
     except ServiceUnavailable:
         return None
+    return head if head is None or log_id is None or head.log_id == log_id else None
 
 
 def _as_of(text: str | None) -> int | None:
@@ -50,27 +59,102 @@ def _as_of(text: str | None) -> int | None:
         raise InvalidArgument(f"as_of: {exc}") from None
 
 
-@router.get("", summary="Every table with its materialized head")
-def list_tables(ctx: Ctx) -> dict[str, Any]:
+FALLBACK_WORKERS = 4
+FALLBACK_BUDGET_S = 20.0
+"""How long the overview waits for the heads it reads from the log when Redis does not answer."""
+
+
+@router.get("", summary="Every table (of a namespace) with its materialized head")
+def list_tables(
+    ctx: Ctx,
+    namespace: Annotated[
+        str | None, Query(max_length=100, description="Only this namespace's tables.")
+    ] = None,
+) -> dict[str, Any]:
     """Cheap for many tables: one metadata and one ListOffsets request, one Redis read per table;
-    a table's trouble (a misconfigured topic, say) is its entry's ``error``, never the list's."""
-    names = ctx.tables.names()
+    a table's trouble (a misconfigured topic, say) is its entry's ``error``, never the list's.
+    When Redis does not answer (its calls are time-boxed: ``redis_gate``), each table's head is
+    read as the reader reads it without Redis (object storage, then the log), a few tables at a
+    time, within ``FALLBACK_BUDGET_S``."""
+    if namespace is not None:
+        check_identifier(namespace, "namespace")
+    names = [n for n in ctx.tables.names() if namespace is None or n.namespace == namespace]
     ends = ctx.tables.catalog.admin.log_ends(names)
-    out = []
+    ids = ctx.tables.catalog.admin.topic_ids(names)
+    redis = ctx.tables.catalog.redis
+    entries: dict[str, dict[str, Any]] = {}
+    unread: list[str] = []
     for name in names:
         qualified = name.qualified
-        end = ends.get(name, -1)
-        head = _redis_head(ctx, qualified)
-        entry = views.head_from_redis(qualified, head, end)
         try:
-            entry["activity"] = ctx.activity.activity(
-                qualified, end, partial(ctx.tables.open, qualified), head
-            )
+            head = None if redis is None else redis.head(qualified)
+        except ServiceUnavailable:
+            unread.append(qualified)
+            continue
+        if head is not None and ids.get(name) is not None and head.log_id != ids.get(name):
+            head = None  # another log's head: a table that had this name before (PROTOCOL §6)
+        entries[qualified] = _listed(ctx, qualified, ends.get(name, -1), head)
+    if unread:
+        by_name = {name.qualified: ends.get(name, -1) for name in names}
+        entries.update(_heads_from_log(ctx, {name: by_name[name] for name in unread}))
+    return {"tables": [entries[name.qualified] for name in names]}
+
+
+def _listed(ctx: ServerContext, name: str, end: int, head: Head | None) -> dict[str, Any]:
+    entry = views.head_from_redis(name, head, end)
+    try:
+        entry["activity"] = ctx.activity.activity(name, end, partial(ctx.tables.open, name), head)
+    except SegcatError as exc:
+        entry["activity"] = None
+        entry["error"] = public_message(str(exc))
+    return entry
+
+
+def _heads_from_log(ctx: ServerContext, ends: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Each table's head read without Redis, in parallel, within the budget; a table not read in
+    time is listed with nulls and says so."""
+
+    def read(name: str) -> dict[str, Any]:
+        end = ends[name]
+        try:
+            opened = ctx.tables.open(name)
+            snap = opened.snapshot(end if end >= 0 else None, include_dropped=True)
         except SegcatError as exc:
+            entry = views.head_from_redis(name, None, end)
             entry["activity"] = None
             entry["error"] = public_message(str(exc))
-        out.append(entry)
-    return {"tables": out}
+            return entry
+        entry = views.head_from_log(snap, end)
+        try:
+            entry["activity"] = ctx.activity.activity(name, end, lambda: opened)
+        except SegcatError:
+            entry["activity"] = None
+        return entry
+
+    pool = ThreadPoolExecutor(FALLBACK_WORKERS, thread_name_prefix="segcat-overview")
+    try:
+        futures = {name: pool.submit(read, name) for name in ends}
+        wait(futures.values(), timeout=FALLBACK_BUDGET_S)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    out: dict[str, dict[str, Any]] = {}
+    for name, future in futures.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
+            out[name] = future.result()
+            continue
+        entry = views.head_from_redis(name, None, ends[name])
+        entry["activity"] = None
+        if future.done() and not future.cancelled():
+            log.error(
+                "reading a head from the log failed", exc_info=future.exception(), extra={"table": name}
+            )
+            entry["error"] = "the server failed to read this table's head; see its log"
+        else:
+            entry["error"] = (
+                f"Redis does not answer and the head was not read from the log within {FALLBACK_BUDGET_S:g} s"
+            )
+        out[name] = entry
+    return out
 
 
 @router.get("/{table}", summary="A table's exact head and what the materializer holds of it")
@@ -78,7 +162,7 @@ def table_head(table: str, ctx: Ctx) -> dict[str, Any]:
     opened = ctx.tables.open(table)
     end = opened.log_end()
     snap = opened.snapshot(end, include_dropped=True) if end >= 0 else opened.snapshot(include_dropped=True)
-    head = views.head_from_snapshot(snap, _redis_head(ctx, opened.name.qualified), end)
+    head = views.head_from_snapshot(snap, _redis_head(ctx, opened.name.qualified, opened.log_id), end)
     head["activity"] = ctx.activity.activity(opened.name.qualified, end, lambda: opened)
     return head
 
@@ -103,11 +187,13 @@ def snapshot(
     predicate = parse_predicate(where) if where is not None else None
     opened = ctx.tables.open(table)
     snap = opened.snapshot(version, _as_of(as_of))
-    total = snap.live_count
+    note = snap.note or snapshot_json.version_note(opened, version, snap)
+    total, rows, size = snap.live_count, snap.live_rows, snap.live_bytes
+    applies = snapshot_json.tombstones_apply(snap)
     if predicate is not None:
         snap = snap.prune(predicate)
     if ARROW_STREAM in request.headers.get("accept", ""):
-        return _arrow(snap.segments, snap.version, snap.timestamp_ms, total)
+        return _arrow(snap, total, note, applies)
     page = snap.segment_page(after, limit)
     next_url = None
     if len(page) == limit and snap.segment_page(page[-1].segment_id, 1):
@@ -115,19 +201,22 @@ def snapshot(
         if where is not None:
             query["where"] = where
         next_url = f"{request.url.path}?{urlencode(query)}"
+    shown = snapshot_json.document(snap, page, note, applies)
     return _json(
         {
-            "table": snap.table,
-            "version": snap.version,
-            "timestamp_ms": snap.timestamp_ms,
-            "note": snap.note,
+            "table": shown["table"],
+            "version": shown["version"],
+            "timestamp_ms": shown["timestamp_ms"],
+            "note": shown["note"],
             "origin": snap.origin,
             "live_segments": total,
-            "live_rows": snap.live_rows if predicate is None else None,
-            "live_bytes": snap.live_bytes if predicate is None else None,
+            "live_rows": rows if predicate is None else None,
+            "live_bytes": size if predicate is None else None,
+            "tombstones": shown["tombstones"],
+            "tombstones_apply": shown["tombstones_apply"],
             "where": where,
             "matched_segments": snap.live_count,
-            "segments": views.segments(page),
+            "segments": shown["segments"],
             "next": next_url,
         }
     )
@@ -139,17 +228,22 @@ def _json(document: dict[str, Any]) -> Response:
     return Response(dumps(document).encode(), media_type="application/json")
 
 
-def _arrow(segments: pa.Table, version: int, timestamp_ms: int, total: int) -> Response:
+def _arrow(snap: Snapshot, total: int, note: str | None, applies: bool) -> Response:
+    """The (pruned) segments as one Arrow IPC stream; the version, note and tombstones ride in the
+    schema's metadata (``segcat.*`` keys, JSON values), each segment's ``added_version`` is a column."""
+    segments = snap.segments
+    schema = segments.schema.with_metadata(snapshot_json.arrow_metadata(snap, note, applies))
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, segments.schema) as writer:
-        writer.write_table(segments)
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(segments.replace_schema_metadata(schema.metadata))
     return Response(
         sink.getvalue().to_pybytes(),
         media_type=ARROW_STREAM,
         headers={
-            "X-Segcat-Version": str(version),
-            "X-Segcat-Timestamp-Ms": str(timestamp_ms),
+            "X-Segcat-Version": str(snap.version),
+            "X-Segcat-Timestamp-Ms": str(snap.timestamp_ms),
             "X-Segcat-Live-Segments": str(total),
+            "X-Segcat-Tombstones": str(len(snap.tombstones)),
         },
     )
 
@@ -162,7 +256,13 @@ def history(
     to: Annotated[int | None, Query(ge=0, le=MAX_VERSION + 1, description="Exclusive.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_HISTORY)] = 100,
     accepted_only: bool = False,
+    intents: Annotated[
+        bool, Query(description="Also list INTENT records (NOTED: write intents, not versions).")
+    ] = False,
 ) -> Response:
+    """The records of ``[from, to)``: versions and the records that were not accepted, with why.
+    INTENT records are not versions and ``history()``, ``watch()`` and the streams leave them out;
+    so does this unless ``intents=true`` (``verdict_counts`` counts every record of the range)."""
     opened = ctx.tables.open(table)
     end = opened.log_end() + 1
     stop = end if to is None else min(to, end)
@@ -175,6 +275,8 @@ def history(
     counts = Counter(r["outcome"] for r in records)
     if accepted_only:
         records = [r for r in records if r["outcome"] == Outcome.ACCEPTED.value]
+    elif not intents:
+        records = [r for r in records if r["outcome"] != Outcome.NOTED.value]
     return _json(
         {
             "table": opened.name.qualified,
@@ -196,8 +298,11 @@ def diff(
     to: Annotated[int, Query(ge=0, le=MAX_VERSION)],
     limit: Annotated[int, Query(ge=0, le=MAX_PAGE, description="Segments listed per side.")] = 1_000,
 ) -> Response:
+    """Each listed segment carries its ``added_version``, and ``tombstones`` are the table's at
+    ``to``: a client moving from ``from`` applies those newer than ``from`` to the segments they cover."""
     opened = ctx.tables.open(table)
-    found = opened.diff(from_, to)
+    before, after = opened.snapshot(from_), opened.snapshot(to)
+    found = before.diff(after)
     return _json(
         {
             "table": opened.name.qualified,
@@ -205,7 +310,8 @@ def diff(
             "to_version": found.to_version,
             "load_count": len(found.added),
             "unload_count": len(found.removed),
-            "load": views.segments(found.added[:limit]),
-            "unload": views.segments(found.removed[:limit]),
+            "load": snapshot_json.segments(after, found.added[:limit]),
+            "unload": snapshot_json.segments(before, found.removed[:limit]),
+            "tombstones": snapshot_json.tombstones(after),
         }
     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from segcat.catalog.protocol.jsonio import segment_to_json
-from segcat.catalog.protocol.model import Segment
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import TimelineEntry
 from segcat.catalog.read.watch import VersionChange
@@ -42,6 +40,21 @@ def head_from_redis(name: str, head: Head | None, log_end: int | None) -> dict[s
         "live_bytes": None if head is None else head.live_bytes,
         "log_end": log_end,
         **materialized(head, log_end),
+    }
+
+
+def head_from_log(snap: Snapshot, log_end: int) -> dict[str, Any]:
+    """A table in the overview read without Redis (object storage and the log): the overview's
+    fields, nothing materialized."""
+    return {
+        "table": snap.table,
+        "version": snap.version,
+        "timestamp_ms": snap.timestamp_ms,
+        "live_segments": snap.live_count,
+        "live_rows": snap.live_rows,
+        "live_bytes": snap.live_bytes,
+        "log_end": log_end,
+        **materialized(None, log_end),
     }
 
 
@@ -87,10 +100,6 @@ def record(entry: TimelineEntry) -> dict[str, Any]:
         "live_rows": entry.live_rows,
         "live_bytes": entry.live_bytes,
     }
-
-
-def segments(items: list[Segment] | tuple[Segment, ...]) -> list[dict[str, Any]]:
-    return [segment_to_json(s) for s in items]
 
 
 def version_event(change: VersionChange) -> dict[str, Any]:

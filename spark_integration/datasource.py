@@ -51,6 +51,7 @@ whether it is read as a batch or a stream, so the options, not the caller, choos
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import logging
 import os
 import signal
@@ -79,9 +80,10 @@ from pyspark.sql.types import StructType
 from redis.exceptions import AuthenticationError, NoPermissionError
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ServiceUnavailable
+from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
@@ -93,7 +95,12 @@ from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis.leases import default_holder
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.spark_integration.options import config_from_options, lower_keys
+from segcat.spark_integration.options import (
+    SERVICE_OPTIONS,
+    config_from_options,
+    is_service_option,
+    lower_keys,
+)
 from segcat.spark_integration.reader import as_of_ms
 
 VERSIONS_SCHEMA = (
@@ -145,6 +152,17 @@ class VersionFollower:
         self._after = -1
         """Every accepted version in (``_after``, the image's offset] is in ``_rows``."""
         self._rows: dict[int, VersionRow] = {}
+        self._log_id: str | None = None
+        self._identified = False
+
+    @property
+    def log_id(self) -> str | None:
+        """Which log is followed: the topic id, asked once (key frames, archives and Redis heads of
+        any other log, a table that had the name before, are never taken)."""
+        if not self._identified:
+            self._log_id = TopicAdmin(self._config).describe(self._name).topic_id
+            self._identified = True
+        return self._log_id
 
     def close(self) -> None:
         if self._follower is not None:
@@ -171,7 +189,7 @@ class VersionFollower:
         if self._follower is not None:
             self._follower.close()
             self._follower = None
-        files = TableFiles(ObjectStore.from_config(self._config), self._name)
+        files = TableFiles(ObjectStore.from_config(self._config), self._name, self.log_id)
         follower = Follower.from_keyframe(self._config, self._name, files, at_most=after)
         if follower.state.version < after:
             follower.catch_up(after, exact=True)
@@ -259,6 +277,11 @@ class VersionFollower:
 # ---------------------------------------------------------------------------- options
 
 
+_COMMON_OPTIONS = ("table", "path", "startingVersion", "view")
+_STREAM_OPTIONS = ("maxVersionsPerTrigger", "latestFrom", "kafkaCheckIntervalMs")
+_BATCH_OPTIONS = ("endingVersion", "versionAsOf", "timestampAsOf")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The parsed options of one ``segcat`` read (plain values: pickles everywhere)."""
@@ -271,12 +294,38 @@ class SourceOptions:
         opts = lower_keys(options)
         table = opts.get("table") or opts.get("path")
         if not table:
-            raise ValueError('the segcat source needs .option("table", "<namespace>.<table>")')
+            raise InvalidArgument('the segcat source needs .option("table", "<namespace>.<table>")')
         TableName.parse(table)
         return cls(table, opts)
 
     def get(self, key: str) -> str | None:
         return self.raw.get(key.lower())
+
+    def check(self, *, streaming: bool) -> None:
+        """``InvalidArgument`` for an option this read does not take: a misspelt option was
+        silently ignored (``startingVersoin`` read the whole history), and an option of the other
+        kind of read (``endingVersion`` on a stream) would be too. Spark hands the keys over
+        lower-cased, so they are compared so."""
+        own, other = (_STREAM_OPTIONS, _BATCH_OPTIONS) if streaming else (_BATCH_OPTIONS, _STREAM_OPTIONS)
+        known = {key.lower(): key for key in (*_COMMON_OPTIONS, *own)}
+        misplaced = {key.lower(): key for key in other}
+        for key in self.raw:
+            if key in known or is_service_option(key):
+                continue
+            if key in misplaced:
+                applies = (
+                    "a batch read (spark.read), not to a stream"
+                    if streaming
+                    else ("a stream (spark.readStream), not to a batch read")
+                )
+                raise InvalidArgument(f"option {misplaced[key]} of the segcat source applies to {applies}")
+            names = {**known, **SERVICE_OPTIONS}
+            close = difflib.get_close_matches(key, list(names), n=1)
+            hint = f"; did you mean {names[close[0]]}?" if close else ""
+            raise InvalidArgument(
+                f"unknown option {key[:80]!r} of the segcat source{hint} "
+                f"(it takes {', '.join(known.values())} and the segcat.* service options)"
+            )
 
     def config(self) -> Config:
         return config_from_options(self.raw)
@@ -289,7 +338,7 @@ class SourceOptions:
     def view(self) -> str:
         view = (self.get("view") or "").lower()
         if view and view not in ("versions", "segments"):
-            raise ValueError(f"view must be 'versions' or 'segments', not {view!r}")
+            raise InvalidArgument(f"view must be 'versions' or 'segments', not {view[:40]!r}")
         if view:
             return view
         return "segments" if self.get("versionAsOf") or self.get("timestampAsOf") else "versions"
@@ -300,8 +349,8 @@ class SourceOptions:
             return None
         try:
             return int(raw)
-        except ValueError as exc:
-            raise ValueError(f"option {key} must be an integer, got {raw!r}") from exc
+        except ValueError:
+            raise InvalidArgument(f"option {key} must be an integer, got {raw[:40]!r}") from None
 
     def starting_after(self, follower: VersionFollower) -> int:
         """The offset before the first version to emit (``startingVersion`` - 1)."""
@@ -313,7 +362,15 @@ class SourceOptions:
         start = self.int_option("startingVersion")
         assert start is not None
         if start < 0:
-            raise ValueError(f"startingVersion must be ≥ 0, 'earliest' or 'latest', not {start}")
+            raise InvalidArgument(f"startingVersion must be ≥ 0, 'earliest' or 'latest', not {start}")
+        end = follower.log_end()
+        if start > end + 1:
+            # Delta's answer too: a start past the latest version is refused, never waited for
+            raise VersionNotFound(
+                f"startingVersion {start} is past the head of {self.table} (its log ends at version "
+                f"{end}; the next commit becomes version {end + 1} at the earliest): use "
+                "startingVersion=latest to follow the commits after the head"
+            )
         return start - 1
 
     @property
@@ -321,7 +378,7 @@ class SourceOptions:
         """Where each trigger learns how far the log goes: ``redis`` (the materialized head) or ``kafka``."""
         raw = (self.get("latestFrom") or "redis").strip().lower()
         if raw not in ("redis", "kafka"):
-            raise ValueError(f"latestFrom must be 'redis' or 'kafka', not {raw!r}")
+            raise InvalidArgument(f"latestFrom must be 'redis' or 'kafka', not {raw[:40]!r}")
         return raw
 
     @property
@@ -330,7 +387,7 @@ class SourceOptions:
         raw = self.int_option("kafkaCheckIntervalMs")
         value = DEFAULT_KAFKA_CHECK_MS if raw is None else raw
         if value < 0:
-            raise ValueError(f"kafkaCheckIntervalMs must be ≥ 0, not {value}")
+            raise InvalidArgument(f"kafkaCheckIntervalMs must be ≥ 0, not {value}")
         return value / 1000
 
 
@@ -352,13 +409,17 @@ class SegcatDataSource(DataSource):
         return SEGMENTS_SCHEMA if self._parsed.view == "segments" else VERSIONS_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        self._parsed.check(streaming=False)
         if self._parsed.view == "segments":
             return SegmentsReader(self._parsed)
         return HistoryReader(self._parsed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        self._parsed.check(streaming=True)
         if self._parsed.view != "versions":
-            raise ValueError("a stream of the segcat source emits versions; drop versionAsOf/timestampAsOf")
+            raise InvalidArgument(
+                "a stream of the segcat source emits versions; drop versionAsOf/timestampAsOf"
+            )
         return VersionStreamReader(self._parsed)
 
 
@@ -397,7 +458,7 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
         self._options = options
         self._max_versions = options.int_option("maxVersionsPerTrigger")
         if self._max_versions is not None and self._max_versions < 1:
-            raise ValueError("maxVersionsPerTrigger must be ≥ 1")
+            raise InvalidArgument("maxVersionsPerTrigger must be ≥ 1")
         self._target: int | None = None
         """Trigger.AvailableNow: the last version to read (the head when the query started)."""
         self._latest_from = options.latest_from
@@ -430,8 +491,9 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
             self._redis = RedisStore.from_config(self._options.config())
         return self._redis
 
-    def _redis_head_offset(self) -> int | None:
-        """How far the materializer has judged the log (Redis head's offset), or None: ask Kafka."""
+    def _redis_head_offset(self, log_id: str | None) -> int | None:
+        """How far the materializer has judged the log (Redis head's offset), or None: ask Kafka
+        (also when the head is of another log than ``log_id``: a table that had the name before)."""
         now = time.monotonic()
         if now < self._redis_down_until or now < self._head_ignored_until:
             return None
@@ -451,12 +513,14 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
                 REDIS_RETRY_S,
             )
             return None
-        return None if head is None else head.offset
+        if head is None or (log_id is not None and head.log_id != log_id):
+            return None
+        return head.offset
 
     def _judge_to_end(self, follower: VersionFollower, after: int) -> None:
         """Judge the log as far as it is known to go: Redis' head, or Kafka's end (module docstring)."""
         if self._latest_from == "redis":
-            hint = self._redis_head_offset()
+            hint = self._redis_head_offset(follower.log_id)
             now = time.monotonic()
             known = max(after, follower.judged)
             fresh = now - self._kafka_at < self._kafka_check_s
@@ -619,13 +683,23 @@ class HistoryReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
+        self._upto = options.int_option("endingVersion")
+        if self._upto is not None and self._upto < 0:
+            raise InvalidArgument(f"endingVersion must be ≥ 0, not {self._upto}")
+        if options.get("versionAsOf") is not None or options.get("timestampAsOf") is not None:
+            raise InvalidArgument(
+                "view=versions lists the history; versionAsOf/timestampAsOf ask for segments"
+            )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         follower = VersionFollower(self._options.config(), self._options.name)
         try:
             after = self._options.starting_after(follower)
-            upto = self._options.int_option("endingVersion")
-            yield from follower.accepted_after(after, upto)
+            if self._upto is not None and self._upto <= after:
+                raise InvalidArgument(
+                    f"endingVersion {self._upto} is before startingVersion {after + 1}: the range is empty"
+                )
+            yield from follower.accepted_after(after, self._upto)
         finally:
             follower.close()
 
@@ -635,6 +709,11 @@ class SegmentsReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
+        for key in ("startingVersion", "endingVersion"):
+            if options.get(key) is not None:
+                raise InvalidArgument(
+                    f"{key} bounds the history (view=versions), not one snapshot's segments"
+                )
         self._version = options.int_option("versionAsOf")
         timestamp = options.get("timestampAsOf")
         self._as_of = (

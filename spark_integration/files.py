@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import secrets
@@ -53,6 +54,9 @@ OUTPUT_SCHEMA = "segment string"
 """What ``write_files`` returns to the driver: one JSON-encoded ``Segment`` per file."""
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+MAX_NAME_BYTES = 255
+"""The longest file or directory name most filesystems take (ext4, XFS, APFS; HDFS by default)."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,30 @@ def partition_name(columns: tuple[str, ...], values: tuple[Any, ...]) -> str | N
 
 def partition_directory(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
     """Hive-style directories under ``data/`` (``data/day=2024-01-01``), every component escaped."""
-    parts = [f"{escape(c)}={escape(value_text(v))}" for c, v in zip(columns, values, strict=True)]
+    parts = [_component(c, value_text(v)) for c, v in zip(columns, values, strict=True)]
     return "/".join(["data", *parts])
+
+
+def _component(column: str, text: str) -> str:
+    """``column=value`` escaped, or, when that exceeds ``MAX_NAME_BYTES``, its head and a digest.
+
+    A long value (or a short one of many escaped bytes) made a directory name the filesystem
+    refused, failing the job in an executor. The directory only places the files: readers take
+    each file's partition from its segment and its rows from the file, never from the path
+    (Spark's partition discovery stops at a file's own directory). So, as Delta's random
+    prefixes do, the name may differ from the value: it keeps a readable head and a digest of
+    the whole ``column``/value pair, marked by ``~``, which escaping never produces, so it can
+    never equal the name of another value.
+    """
+    name = f"{escape(column)}={escape(text)}"
+    if len(name) <= MAX_NAME_BYTES:  # escaped text is ASCII: characters are bytes
+        return name
+    digest = hashlib.sha256(f"{column}\0{text}".encode()).hexdigest()[:32]
+    head = name[: MAX_NAME_BYTES - len(digest) - 1]
+    cut = head.rfind("%", len(head) - 2)
+    if cut != -1:  # never end inside a %XX escape
+        head = head[:cut]
+    return f"{head}~{digest}"
 
 
 # ---------------------------------------------------------------------------- filesystems

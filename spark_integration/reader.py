@@ -297,8 +297,8 @@ def deleted_rows(
         return None
     tests = []
     for text in predicates:
-        try:
-            parsed = parse_predicate(text)
+        try:  # lenient: what protocol 1 and 2 accepted (a protocol-3 tombstone parses either way)
+            parsed = parse_predicate(text, lenient=True)
         except InvalidPredicate:
             tests.append(F.expr(f"({text})"))
         else:

@@ -33,10 +33,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from segcat.catalog.config import Config
+from segcat.catalog.errors import InvalidArgument
 from segcat.catalog.protocol.expressions import Predicate
 from segcat.catalog.protocol.jsonio import segment_from_json
 from segcat.catalog.protocol.model import Commit, Isolation, Operation, Segment
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.rules import MAX_ID_LENGTH
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Table, table_root
@@ -262,6 +264,7 @@ def stage_write(
                 schema_json=df.schema.json(),
             )
             adds = _run(df.repartition(*keys) if keys else df, attempt.stamp(spec))
+            _check_partition_names(adds, keys)
         props = _job_properties(spark, f"write-{mode}", properties)
         if mode == "append":
             planned = (
@@ -278,6 +281,24 @@ def stage_write(
     except BaseException:
         writer.close()
         raise
+
+
+def _check_partition_names(adds: Sequence[Segment], keys: tuple[str, ...]) -> None:
+    """``InvalidArgument`` naming the partition columns when a value makes a partition name longer
+    than docs/PROTOCOL.md allows (the rules would refuse the commit without saying which column).
+
+    The values are known only once the job has run, so the files are written by then: the
+    aborted intent leaves them to vacuum, and nothing is committed.
+    """
+    for added in adds:
+        if added.partition is not None and len(added.partition) > MAX_ID_LENGTH:
+            columns = ", ".join(keys)
+            raise InvalidArgument(
+                f"a value of partition column{'s' if len(keys) > 1 else ''} {columns} makes a partition "
+                f"name of {len(added.partition)} characters; a partition name holds at most {MAX_ID_LENGTH} "
+                f"(docs/PROTOCOL.md): partition by a shorter column (a prefix, bucket or hash of it); "
+                "nothing was committed"
+            )
 
 
 def _plan_replace(

@@ -26,6 +26,7 @@ import redis
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.log.reader import LogReader
+from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, replay
@@ -199,11 +200,16 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
     return found
 
 
+def bound_files(config: Config, table: str) -> TableFiles:
+    """The table's objects as its materializer writes them: bound to the topic's log (its id)."""
+    name = TableName.parse(table)
+    return TableFiles(ObjectStore.from_config(config), name, TopicAdmin(config).describe(name).topic_id)
+
+
 def assert_outputs_match_clean_replay(config: Config, table: str) -> None:
     """Redis head, every key frame on object storage and snapshots from every source agree
     with a clean replay."""
-    name = TableName.parse(table)
-    files = TableFiles(ObjectStore.from_config(config), name)
+    files = bound_files(config, table)
     versions = files.keyframe_versions()
     assert versions, "no key frame was written"
     frames = {v: files.read_keyframe(v) for v in versions}

@@ -199,6 +199,7 @@ KINDS: tuple[str, ...] = (
     *("replace",) * 3,
     *("replace_race",) * 3,
     *("delete",) * 2,
+    "rewrite_after_delete",
     *("set_schema",) * 2,
     "schema_race",
     "append_schema",
@@ -212,7 +213,8 @@ KINDS: tuple[str, ...] = (
     "set_properties_noop",
     "set_allowed",
     "append_float",
-    "upgrade",
+    *("upgrade",) * 2,
+    "append_two_spellings",
     *("resend",) * 3,
     *("malformed",) * 3,
     *("garbage",) * 2,
@@ -226,6 +228,7 @@ _TICK = st.integers(0, 50)
 _ROWS = st.integers(0, 1_000)
 _PARTITION = st.sampled_from((*PARTITIONS, None))
 _KIND = st.sampled_from(KINDS)
+_UPGRADE_TARGET = st.sampled_from((Protocol(2, ()), Protocol(3, ()), Protocol(3, ("lifecycle",))))
 
 
 TABLE_ROOT = "s3://lake/wh/ns/t"
@@ -345,13 +348,28 @@ class _Planner:
         getattr(self, f"step_{kind}")()
 
     def step_upgrade(self) -> None:
-        """An UPGRADE_PROTOCOL to 2: with the location (the creation of a table), sometimes without."""
+        """An UPGRADE_PROTOCOL to 2 or 3 (maybe with ``lifecycle``): with the location (the creation
+        of a table), sometimes without, with a bad one, or carrying another table property."""
         offset = self.allocate_offset()
-        props = {} if self.draw(_ONE_IN_TEN) == 0 else {"segcat.location": TABLE_ROOT}
-        commit = self.commit(
-            offset, Operation.UPGRADE_PROTOCOL, protocol=Protocol(2, ()), table_properties=props
-        )
+        props: dict[str, str | None] = {"segcat.location": TABLE_ROOT}
+        pick = self.draw(_ONE_IN_TEN)
+        if pick == 0:
+            props = {}
+        elif pick <= 3:
+            props["owner"] = "upgrader"
+        elif pick <= 5:
+            props["segcat.location"] = self.draw(st.sampled_from([None, "relative/root"]))
+        protocol = self.draw(_UPGRADE_TARGET)
+        commit = self.commit(offset, Operation.UPGRADE_PROTOCOL, protocol=protocol, table_properties=props)
         self.send(offset, "upgrade", commit)
+
+    def step_append_two_spellings(self) -> None:
+        """One new file added twice in one commit: relative and absolute (protocol 3: INVALID)."""
+        offset = self.allocate_offset()
+        segment = self.new_segment(self.partition())
+        twin = replace(self.new_segment(segment.partition), path=f"{TABLE_ROOT}/{segment.path}")
+        commit = self.commit(offset, Operation.APPEND, adds=(segment, twin))
+        self.send(offset, "append_two_spellings", commit)
 
     def step_append_same_path(self) -> None:
         """A new segment id naming a file another (maybe still live) segment names."""
@@ -405,7 +423,8 @@ class _Planner:
 
     def step_delete_free_text(self) -> None:
         offset = self.allocate_offset()
-        predicate = self.draw(st.sampled_from(["1=1; DROP TABLE x", "lower(country) = 'nz'", "id = NULL"]))
+        free = ["1=1; DROP TABLE x", "lower(country) = 'nz'", "id = NULL", "d = DATE '20240115'"]
+        predicate = self.draw(st.sampled_from(free))  # (the last: protocol 2 read it, protocol 3 does not)
         commit = self.commit(offset, Operation.DELETE, tombstones=(Tombstone(predicate),))
         self.send(offset, "delete_free_text", commit)
 
@@ -559,6 +578,24 @@ class _Planner:
             offset, Operation.DELETE, drops=drops, tombstones=tuple(Tombstone(p) for p in predicates)
         )
         self.send(offset, "delete", commit)
+
+    def step_rewrite_after_delete(self) -> None:
+        """A compactor that read the table before a soft delete commits after it (rule 3b)."""
+        if not self.believed_live:
+            return self.step_delete()
+        base = self.offsets[-1] if self.offsets else -1
+        delete_offset = self.allocate_offset()
+        tombstone = (Tombstone(self.draw(st.sampled_from(PREDICATES))),)
+        self.send(
+            delete_offset,
+            "rewrite_after_delete",
+            self.commit(delete_offset, Operation.DELETE, tombstones=tombstone),
+        )
+        offset = self.allocate_offset()
+        drops = self.live_sample(list(self.believed_live), max_size=1)
+        rewrite = replace(self.compaction(offset, drops, base), adds=(self.new_segment(self.partition()),))
+        self.send(offset, "rewrite_after_delete", rewrite)
+        return None
 
     def new_schema(self) -> str:
         self.next_schema += 1
@@ -716,9 +753,10 @@ def scenarios(
 ) -> Scenario:
     """A log of one table: ``min_steps``..``max_steps`` writer steps (a step may emit 2 records).
 
-    Half the logs start with the UPGRADE_PROTOCOL that creates a protocol-2 table (or always,
-    with ``created_at=2``; never with ``created_at=1``); the others are protocol-1 logs, which
-    an ``upgrade`` step may move to protocol 2 midway.
+    A third of the logs start with the UPGRADE_PROTOCOL that creates a protocol-2 table, a third
+    with the one creating a protocol-3 table (with ``lifecycle``, as new tables are); the others
+    are protocol-1 logs, which an ``upgrade`` step may move to protocol 2 or 3 midway.
+    ``created_at`` chooses one of the three.
     """
     planner = _Planner(
         draw=draw,
@@ -727,14 +765,14 @@ def scenarios(
         last_offset=draw(st.integers(-1, 5)),
         timestamp_ms=draw(SAFE_TIMESTAMP_MS),
     )
-    protocol = created_at if created_at is not None else draw(st.sampled_from((1, 2)))
-    if protocol == 2:
+    protocol = created_at if created_at is not None else draw(st.sampled_from((1, 2, 3)))
+    if protocol >= 2:
         offset = planner.allocate_offset()
         creation = planner.commit(
             offset,
             Operation.UPGRADE_PROTOCOL,
             base_version=-1,
-            protocol=Protocol(2, ()),
+            protocol=Protocol(2, ()) if protocol == 2 else Protocol(protocol, ("lifecycle",)),
             table_properties={"segcat.location": TABLE_ROOT},
         )
         planner.send(offset, "create", creation)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -107,6 +108,49 @@ def test_table_commit_log_show_diff(config: Config, table_name: str, tmp_path: P
     assert "+1 load" in diff.stdout and "-2 unload" in diff.stdout
 
 
+def test_diff_table_list_and_describe_answer_strict_json_named_as_the_python_api(
+    config: Config, table_name: str
+) -> None:
+    """``diff``, ``table list`` and ``table describe`` had no --json (issue 20)."""
+    from segcat.catalog.read.table import Catalog
+
+    assert segcat(config, "table", "create", table_name).returncode == 0
+    first = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a", "b")))
+    v1 = int(first.stdout.rsplit("version", 1)[1])
+    second = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("c")))
+    v2 = int(second.stdout.rsplit("version", 1)[1])
+
+    diff = _object(segcat(config, "diff", table_name, str(v1), str(v2), "--json").stdout)
+    expected = Catalog(config).table(table_name).diff(v1, v2)
+    assert (diff["table"], diff["from_version"], diff["to_version"]) == (table_name, v1, v2)
+    assert [s["segment_id"] for s in diff["added"]] == [s.segment_id for s in expected.added] == ["c"]
+    assert (diff["added_count"], diff["removed_count"], diff["removed"]) == (1, 0, [])
+    assert diff["truncated"] is False
+    back = _object(segcat(config, "diff", table_name, str(v2), "-1", "--json", "--limit", "1").stdout)
+    assert (back["removed_count"], len(back["removed"]), back["truncated"]) == (3, 1, True)
+
+    listed = _object(segcat(config, "table", "list", "--json").stdout)
+    assert table_name in listed["tables"]
+
+    described = _object(segcat(config, "table", "describe", table_name, "--json").stdout)
+    table = Catalog(config).table(table_name)
+    assert described["table"] == table_name and described["head_offset"] == table.head_offset() == v2
+    assert described["protocol"] == {
+        "version": table.protocol().version,
+        "features": list(table.protocol().features),
+    }
+    assert described["location"] == table.location()
+    assert (described["dropped"], described["version"]) == (False, v2)
+    topic = described["topic"]
+    assert topic["name"] == f"segcat.{table_name}" and topic["partitions"] == 1
+    assert topic["config"]["cleanup.policy"] == "compact"
+
+    missing = segcat(config, "table", "describe", "no_such.table_here", "--json")
+    assert missing.returncode == 4 and missing.stdout == "" and "TableNotFound" in missing.stderr
+    beyond = segcat(config, "diff", table_name, "0", str(v2 + 5), "--json")
+    assert beyond.returncode == 4 and beyond.stdout == "" and "VersionNotFound" in beyond.stderr
+
+
 def test_a_losing_commit_exits_non_zero_with_the_rule(
     config: Config, table_name: str, tmp_path: Path
 ) -> None:
@@ -116,6 +160,18 @@ def test_a_losing_commit_exits_non_zero_with_the_rule(
     assert again.returncode == 3  # conflict (README, "Exit codes")
     assert "CommitConflict" in again.stderr and "4-duplicate-segment" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_a_column_type_change_exits_2_not_3(config: Config, table_name: str) -> None:
+    """Issue 20 (smaller): rule 4d said "conflict, retry" (exit 3) though no retry can win."""
+    segcat(config, "table", "create", table_name)
+    segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a")))
+    text = _append_doc("b")
+    text["adds"][0]["stats"] = [{"column": "d", "type": "STRING", "min": "a", "max": "b", "null_count": 0}]  # type: ignore[index]
+    changed = segcat(config, "commit", table_name, "-", stdin=json.dumps(text))
+    assert changed.returncode == 2, changed.stderr
+    assert "ColumnTypeConflict" in changed.stderr and "4d-column-type-change" in changed.stderr
+    assert "Traceback" not in changed.stderr
 
 
 @pytest.mark.parametrize(
@@ -151,6 +207,13 @@ def test_bad_input_gets_a_clear_error_and_writes_nothing(
     assert message in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert segcat(config, "log", table_name, "--json").stdout == before
+
+
+def _object(text: str) -> dict[str, Any]:
+    """One strict JSON object."""
+    parsed = _strict(text)
+    assert isinstance(parsed, dict), text
+    return parsed
 
 
 def _strict(text: str) -> object:
@@ -232,11 +295,34 @@ def test_describe_and_upgrade_a_protocol_1_table(config: Config, table_name: str
     assert "protocol: 1 (features: none)" in before.stdout and "cleanup.policy = compact" in before.stdout
     upgraded = segcat(config, "table", "upgrade", table_name)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "from protocol 1 to protocol 2" in upgraded.stdout
+    assert "from protocol 1 to protocol 3" in upgraded.stdout
     after = segcat(config, "table", "describe", table_name)
-    assert "protocol: 2" in after.stdout and f"location: {config.warehouse}" in after.stdout
+    assert (
+        "protocol: 3 (features: lifecycle)" in after.stdout
+        and f"location: {config.warehouse}" in after.stdout
+    )
     again = segcat(config, "table", "upgrade", table_name)
-    assert again.returncode == 0 and "already at protocol 2" in again.stdout
+    assert again.returncode == 0 and "already at protocol 3" in again.stdout
+
+
+def test_upgrade_refuses_a_table_holding_a_reserved_key_as_plain_text(
+    config: Config, table_name: str
+) -> None:
+    """PROTOCOL §3b: one line, exit 2, nothing written, and the way out; then the upgrade goes."""
+    from segcat.catalog.log.topics import TopicAdmin
+    from segcat.catalog.protocol.names import TableName
+
+    TopicAdmin(config).create(TableName.parse(table_name))
+    plain = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {"segcat.log.start": "7"}})
+    assert segcat(config, "commit", table_name, "-", stdin=plain).returncode == 0
+    refused = segcat(config, "table", "upgrade", table_name)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "MalformedCommit" in refused.stderr
+    assert "'segcat.log.start', set as plain text" in refused.stderr
+    removal = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {"segcat.log.start": None}})
+    assert segcat(config, "commit", table_name, "-", stdin=removal).returncode == 0
+    upgraded = segcat(config, "table", "upgrade", table_name)
+    assert upgraded.returncode == 0 and "to protocol 3" in upgraded.stdout, upgraded.stderr
 
 
 def test_sasl_against_a_plaintext_broker_points_at_the_security_settings(config: Config) -> None:

@@ -148,6 +148,9 @@ def test_a_missing_commit_file_is_a_usage_error(
         ({"SEGCAT_REQUEST_TIMEOUT_S": "abc"}, None, "SEGCAT_REQUEST_TIMEOUT_S must be a number"),
         ({}, "kafka = 5", "'kafka' in "),
         ({}, "bootstrap_server = 'x:1'", "unknown key 'bootstrap_server'"),
+        ({"SEGCAT_REDIS_URL": "redis://[::1"}, None, "SEGCAT_REDIS_URL is not a valid URL"),
+        ({"SEGCAT_WAREHOUSE": "s3://KEY:s3cr3t@bucket/x"}, None, "SEGCAT_WAREHOUSE holds credentials"),
+        ({"SEGCAT_REDIS_URL": ""}, "redis_url = 'redis://u:s3cr3t@h:x/0'", "'redis_url' in "),
     ],
 )
 def test_config_errors_exit_2(
@@ -169,6 +172,7 @@ def test_config_errors_exit_2(
     assert code == 2, err
     line = one_line_error(err)
     assert "ConfigError" in line and message in line
+    assert "s3cr3t" not in err
 
 
 def test_a_local_stack_that_is_not_running_suggests_starting_it(
@@ -199,6 +203,12 @@ def test_stack_status_exits_5_when_the_stack_is_down(
     monkeypatch.setenv("SEGCAT_STACK_REDIS_PORT", str(free_port()))
     code, _, _ = segcat(capsys, "stack", "status")
     assert code == 5
+    code, out, _ = segcat(capsys, "stack", "status", "--json")
+    assert code == 5
+    status = json.loads(out)
+    assert status["running"] is False
+    assert {s["name"] for s in status["services"]} >= {"kafka", "redis"}
+    assert all(s["pid"] is None and s["running"] is False for s in status["services"])
 
 
 def test_an_unexpected_exception_is_one_line_asking_for_a_report(

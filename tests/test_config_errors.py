@@ -7,12 +7,17 @@ import logging
 from pathlib import Path
 
 import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
 from segcat.catalog.log.clients import admin_config, check_kafka_settings, consumer_config, producer_config
+from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis import store as redis_store
+from segcat.catalog.urls import check_redis_url
 from segcat.local_stack.settings import StackSettings
 
 
@@ -42,6 +47,15 @@ def load(tmp_path: Path, toml: str | None = None, **env: str) -> Config:
         ({"SEGCAT_STACK_KAFKA_PORT": "70000"}, "SEGCAT_STACK_KAFKA_PORT must be between 1 and 65535"),
         ({"SEGCAT_METRICS_PORT": "-1"}, "SEGCAT_METRICS_PORT must be between 0 and 65535"),
         ({"SEGCAT_REDIS_URL": "http://x:1"}, "SEGCAT_REDIS_URL must start with redis://"),
+        ({"SEGCAT_REDIS_URL": "redis://[::1"}, "SEGCAT_REDIS_URL is not a valid URL"),
+        ({"SEGCAT_REDIS_URL": "redis://h:99999/0"}, "SEGCAT_REDIS_URL is not a valid URL"),
+        ({"SEGCAT_REDIS_URL": "redis://h:6379/zero"}, "SEGCAT_REDIS_URL's path must be a database number"),
+        ({"SEGCAT_REDIS_URL": "redis://h/0?timeout_s=5"}, "the option 'timeout_s', which redis-py does not"),
+        ({"SEGCAT_REDIS_URL": "redis://h/0?db=x"}, "invalid value for 'db'"),
+        ({"SEGCAT_REDIS_URL": "rediss://"}, "SEGCAT_REDIS_URL names no host"),
+        ({"SEGCAT_WAREHOUSE": "s3://bucket:9000/x"}, "SEGCAT_WAREHOUSE names no bucket"),
+        ({"SEGCAT_WAREHOUSE": "s3:///x"}, "SEGCAT_WAREHOUSE names no bucket"),
+        ({"SEGCAT_S3_ENDPOINT": "ftp://h:1"}, "SEGCAT_S3_ENDPOINT must be host:port or http(s)://host:port"),
         ({"SEGCAT_KAFKA_": "x"}, "SEGCAT_KAFKA_ names no librdkafka setting"),
     ],
 )
@@ -149,3 +163,64 @@ def test_wrong_redis_credentials_warn_once_without_the_password(
     assert len(warnings) == 1
     text = warnings[0].getMessage()
     assert "SEGCAT_REDIS_USERNAME" in text and "SEGCAT_REDIS_PASSWORD" in text and secret not in text
+
+
+SECRET = "ZQXJVK"
+"""A password of letters the generated URLs below never hold elsewhere."""
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SEGCAT_WAREHOUSE", f"s3://KEY:{SECRET}@bucket/x"),
+        ("SEGCAT_WAREHOUSE", f"gs://user:{SECRET}@bucket/x"),
+        ("SEGCAT_WAREHOUSE", f"s3://{SECRET}@bucket/x"),
+        ("SEGCAT_S3_ENDPOINT", f"http://key:{SECRET}@127.0.0.1:9000"),
+        ("SEGCAT_BOOTSTRAP_SERVERS", f"user:{SECRET}@127.0.0.1:9092"),
+        ("SEGCAT_REDIS_URL", f"redis://user:{SECRET}@[::1"),
+        ("SEGCAT_REDIS_URL", f"redis://:{SECRET}"),
+        ("SEGCAT_REDIS_URL", f"redis://user:{SECRET}@h:6379/0#frag"),
+    ],
+)
+def test_credentials_in_an_address_are_refused_and_never_echoed(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    """``s3://KEY:secret@bucket/x`` reached pyarrow as a bucket name, whose ArrowInvalid printed
+    the secret; a malformed Redis URL was redis-py's ValueError at the first connection."""
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, **{variable: value})
+    assert variable in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_the_object_store_refuses_credentials_in_a_uri_it_is_handed() -> None:
+    """Roots reach ``ObjectStore.from_uri`` without ``Config.load`` too (table locations, Spark)."""
+    with pytest.raises(ConfigError) as caught:
+        ObjectStore.from_uri(f"s3://KEY:{SECRET}@bucket/x")
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ConfigError, match="cannot be opened"):
+        ObjectStore.from_uri("nosuchscheme://x/y")
+
+
+_URL_TAILS = st.text(alphabet="[]:/@?=&#%.0123456789abcdhostu_-", max_size=30)
+_URL_HEADS = st.sampled_from(
+    ["redis://", "rediss://", "unix://", "redis://u:" + SECRET + "@", "redis://:" + SECRET + "@", "redis://h"]
+)
+_QUERIES = st.sampled_from(
+    ["", "?db=1", "?socket_timeout=2.5", "?socket_timeout=x", "?ssl_cert_reqs=none", "?nope=1", "?db"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(head=_URL_HEADS, tail=_URL_TAILS, query=_QUERIES)
+def test_a_redis_url_is_accepted_only_if_redis_py_can_use_it(head: str, tail: str, query: str) -> None:
+    """Accepted: redis-py parses it and builds a connection from it (without connecting), so no
+    ValueError or TypeError waits for the first command. Refused: a ConfigError without the secret."""
+    url = head + tail + query
+    try:
+        check_redis_url(url, "SEGCAT_REDIS_URL")
+    except ConfigError as exc:
+        assert SECRET not in str(exc)
+        return
+    pool = redis.ConnectionPool.from_url(url)
+    pool.connection_class(**pool.connection_kwargs)

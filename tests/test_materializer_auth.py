@@ -18,12 +18,10 @@ import pytest
 import redis
 
 from segcat.catalog.config import Config
-from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.storage.table_files import TableFiles
 from tests.materializer_support import (
     PrivateRedis,
+    bound_files,
     head_offset,
     materializer_config,
     namespace,
@@ -58,7 +56,7 @@ def test_refused_redis_credentials_cost_a_few_log_lines_and_no_table(
     with running_materializer(mconfig, pattern) as service:
         started = time.monotonic()
         write_load(mconfig, table, 25, 1, 0.02)
-        files = TableFiles(ObjectStore.from_config(mconfig), TableName.parse(table))
+        files = bound_files(mconfig, table)
         deadline = time.monotonic() + 30
         while (
             not files.keyframe_versions() or files.keyframe_versions()[-1] < head_offset(mconfig, table) - 7

@@ -26,7 +26,6 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.watch import VersionChange
-from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import table_materializer
@@ -36,6 +35,7 @@ from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,
     assert_outputs_match_clean_replay,
+    bound_files,
     head_offset,
     materializer_config,
     namespace,
@@ -67,7 +67,7 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None
 
 
 def _files(config: Config, table: str) -> TableFiles:
-    return TableFiles(ObjectStore.from_config(config), TableName.parse(table))
+    return bound_files(config, table)
 
 
 def _backlog(config: Config, table: str, commits: int, seed: int) -> int:

@@ -18,16 +18,14 @@ import redis
 
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Operation
-from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
-from segcat.catalog.storage.table_files import TableFiles
 from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,
     assert_outputs_match_clean_replay,
+    bound_files,
     free_port,
     get_json,
     head_offset,
@@ -159,7 +157,7 @@ def test_corrupt_key_frame_is_detected_skipped_and_rewritten(mconfig: Config) ->
             for k in range(mconfig.keyframe_every_commits):
                 writer.append([segment(f"live-{k}", "p0")])
         wait_for_head(store, table, head_offset(mconfig, table))
-    files = TableFiles(ObjectStore.from_config(mconfig), TableName.parse(table))
+    files = bound_files(mconfig, table)
     newest = files.keyframe_versions()[-1]
     path = Path(mconfig.warehouse) / files.keyframe_path(newest)
     data = path.read_bytes()

@@ -28,7 +28,6 @@ from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, LogRe
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import metrics, table_materializer
@@ -36,6 +35,7 @@ from segcat.materializer.table_materializer import TableMaterializer
 from tests.factories import produce_raw, segment
 from tests.materializer_support import (
     assert_outputs_match_clean_replay,
+    bound_files,
     free_port,
     get_json,
     head_offset,
@@ -345,7 +345,7 @@ def test_two_types_for_one_stats_column_on_a_protocol_1_table_stop_nothing(mconf
         wait_for_head(store, other, head_offset(mconfig, other))
         wait_for_head(store, legacy, third, timeout_s=30)
         assert not service.parked
-    frame = TableFiles(ObjectStore.from_config(mconfig), TableName.parse(legacy)).newest_valid_keyframe()
+    frame = bound_files(mconfig, legacy).newest_valid_keyframe()
     assert frame is not None and frame.version == second  # the frame that holds both types
     assert sorted(frame.state().segments) == ["ints", "strings"]
     for table in (legacy, other):

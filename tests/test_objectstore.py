@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from segcat.catalog.config import Config
+from segcat.catalog.errors import ConfigError
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 from tests.s3_server import BUCKET, S3Server, s3_server
 
@@ -184,7 +185,7 @@ def test_from_config_local_and_uri_forms(tmp_path: Path) -> None:
     by_uri.put("ns/t/x", b"1")
     assert (tmp_path / "w2" / "ns" / "t" / "x").read_bytes() == b"1"
     assert by_uri.uri("ns/t/x") == f"{tmp_path}/w2/ns/t/x"
-    with pytest.raises(ValueError, match="bucket"):
+    with pytest.raises(ConfigError, match="bucket"):
         ObjectStore.from_uri("s3:///nobucket")
 
 

@@ -82,7 +82,7 @@ def test_materializer_history_on_s3_answers_old_versions(
     store = files.store
     assert store.root == cfg.warehouse
     catalog_objects = store.list(f"{ns}/events/_catalog")
-    archives = [p for p in catalog_objects if "/_catalog/commits/" in p]
+    archives = [p for p in catalog_objects if p.startswith(f"{files.base}/commits/")]
     assert archives, catalog_objects
     for version in versions:
         assert _stored(s3_server, store.uri(files.keyframe_path(version)))

@@ -364,7 +364,10 @@ def test_snapshot_pages_walk_the_snapshot_once_in_order(live: Live, story: Story
 
     first = live.get(f"/api/tables/{story.name}/snapshot").json()
     assert ids(first["segments"]) == expected and first["next"] is None  # the default page holds it all
-    assert first["segments"][0] == segment_to_json(snap.segment_list()[0])
+    assert first["segments"][0] == {
+        **segment_to_json(snap.segment_list()[0]),
+        "added_version": story.compacted,
+    }
     assert first["origin"] and first["where"] is None
     tail = live.get(f"/api/tables/{story.name}/snapshot", params={"after": "d"}).json()
     assert ids(tail["segments"]) == [i for i in expected if i > "d"]

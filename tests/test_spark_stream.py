@@ -208,8 +208,8 @@ def test_follower_starts_from_a_key_frame(
     """The planner's image of a long table comes from the newest key frame, not offset 0."""
     versions = appends(config, table, 5)
     state = table.state(versions[2])
-    TableFiles(ObjectStore.from_config(config), table.name).write_keyframe(
-        keyframe.build(state), state.version
+    TableFiles(ObjectStore.from_config(config), table.name, table.log_id).write_keyframe(
+        keyframe.build(state, log_id=table.log_id), state.version
     )
     starts: list[int] = []
     original = LogReader.seek

@@ -230,8 +230,8 @@ def test_a_new_writer_starts_from_the_newest_key_frame(config: Config, table: Ta
         for i in range(12):
             writer.append([segment(f"k{i}")])
     state = table.state()
-    files = TableFiles(ObjectStore.from_config(config), table.name)
-    files.write_keyframe(keyframe.build(state), state.version)
+    files = TableFiles(ObjectStore.from_config(config), table.name, table.log_id)
+    files.write_keyframe(keyframe.build(state, log_id=table.log_id), state.version)
     with TableWriter(config, table.name) as writer:
         produce_raw(config, table.name.topic, [(b"junk", b"not a commit")])
         assert writer.state.version == state.version  # loaded, not replayed

@@ -15,11 +15,14 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import consumer_config
-from segcat.catalog.log.topics import unreachable_hint
+from segcat.catalog.log.topics import TopicAdmin, unreachable_hint
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 
 BATCH = 5_000
+_UNKNOWN_TOPIC_CODES = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
 
 
 class LogReader:
@@ -49,10 +52,22 @@ class LogReader:
             )
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"reading {self._name.topic}")
+            self._raise_if_gone(exc)
             raise ServiceUnavailable(
                 f"cannot read the end of {self._name.topic}: {exc}; {unreachable_hint(self._config)}"
             ) from exc
         return int(low), int(high)
+
+    def _raise_if_gone(self, exc: KafkaException | KafkaError) -> None:
+        """``TableNotFound`` when Kafka says the topic does not exist (purged, or never created).
+
+        Asked the admin API before saying so: a broker that has not yet learned of a topic just
+        created answers the same, and that is an outage to retry, not a missing table.
+        """
+        err = refusals.kafka_error(exc)
+        if err is None or err.code() not in _UNKNOWN_TOPIC_CODES:
+            return
+        TopicAdmin(self._config).describe(self._name)  # TableNotFound if the cluster agrees
 
     def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose (LogAppendTime) timestamp is ≥ ``timestamp_ms``, or None."""
@@ -62,6 +77,7 @@ class LogReader:
             )
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"reading {self._name.topic}")
+            self._raise_if_gone(exc)
             raise ServiceUnavailable(f"offsets_for_times failed on {self._name.topic}: {exc}") from exc
         return None if tp.offset < 0 else int(tp.offset)
 
@@ -91,6 +107,7 @@ class LogReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 refusals.raise_refusal(err, self._config, f"reading {self._name.topic}")
+                self._raise_if_gone(err)
                 raise ServiceUnavailable(f"reading {self._name.topic} failed: {err}")
             _, ts = msg.timestamp()
             offset = msg.offset()

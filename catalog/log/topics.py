@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import contextlib
 import socket
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
@@ -17,6 +20,7 @@ from segcat.catalog.errors import (
     InvalidArgument,
     InvalidTableName,
     MisconfiguredTable,
+    SegcatError,
     ServiceUnavailable,
     TableAlreadyExists,
     TableNotFound,
@@ -31,6 +35,21 @@ MIN_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 """Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+STALE_LEADER_CODES = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._NOENT,
+    }
+)
+"""ListOffsets errors that mean "the leader (or its epoch) this client has cached is out of date".
+
+The admin client sends the leader epoch of its metadata cache, and nothing refreshes that cache
+for it: after a broker restart (or a partition's leader moving) every ListOffsets was refused
+with FENCED_LEADER_EPOCH until the process restarted. ``_NOENT`` is librdkafka's "no leaders
+found", the same stale cache seen while the partition had no leader."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +58,23 @@ class TopicInfo:
     partitions: int
     max_message_bytes: int
     config: dict[str, str]
+    topic_id: str | None = None
+    """The id Kafka gave the topic when it was created (KIP-516), in Kafka's own text form: which
+    log this is. None where the broker reports none (a broker older than topic ids)."""
+
+
+def topic_id_text(uuid: object) -> str | None:
+    """Kafka's text form of a topic id (URL-safe base64 of its 16 bytes, no padding, as
+    ``kafka-topics --describe`` prints it; librdkafka's own ``str`` uses the other alphabet),
+    or None for the zero id a broker without topic ids reports."""
+    if uuid is None:
+        return None
+    most = int(uuid.get_most_significant_bits())  # type: ignore[attr-defined]
+    least = int(uuid.get_least_significant_bits())  # type: ignore[attr-defined]
+    if most == 0 and least == 0:
+        return None
+    raw = most.to_bytes(8, "big", signed=True) + least.to_bytes(8, "big", signed=True)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def topic_settings(config: Config, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> dict[str, str]:
@@ -89,26 +125,29 @@ class TopicAdmin:
             ) from exc
         # creation is acknowledged before every broker's metadata shows the topic: wait for it
         deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                return self.describe(name)
-            except TableNotFound:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        try:
+            while True:
+                try:
+                    return self.describe(name)
+                except TableNotFound:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        except SegcatError:
+            with contextlib.suppress(SegcatError):
+                self.delete(name)  # created but never seen whole: no half-created table
+            raise
 
     def describe(self, name: TableName) -> TopicInfo:
-        """The topic's layout; raises if it breaks docs/PROTOCOL.md §1 (partitions, compaction, time type)."""
-        metadata = self._list(name.topic)
-        topic_md = metadata.topics.get(name.topic)
-        if topic_md is None or (
-            topic_md.error is not None and topic_md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-        ):
-            raise TableNotFound(f"table {name} does not exist (no topic {name.topic}); create it first")
-        if topic_md.error is not None:
-            refusals.raise_refusal(topic_md.error, self._config, f"describing topic {name.topic}")
-            raise ServiceUnavailable(f"cannot describe topic {name.topic}: {topic_md.error}")
-        partitions = len(topic_md.partitions)
+        """The topic's layout and id; raises if it breaks docs/PROTOCOL.md §1 (partitions,
+        compaction, time type)."""
+        found = self._describe_topics([name], f"describing topic {name.topic}")[name]
+        if found is None:
+            raise TableNotFound(
+                f"table {name} does not exist (no topic {name.topic}): it was never created, or it was "
+                "dropped and purged; create it first"
+            )
+        partitions, topic_id = found
         resource = ConfigResource("topic", name.topic)
         try:
             futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
@@ -141,7 +180,55 @@ class TopicAdmin:
                 f"topic {name.topic} has message.timestamp.type={settings.get('message.timestamp.type')!r}; "
                 "segcat needs 'LogAppendTime' (broker time = commit time)"
             )
-        return TopicInfo(name, partitions, int(settings.get("max.message.bytes", 1_048_588)), settings)
+        return TopicInfo(
+            name, partitions, int(settings.get("max.message.bytes", 1_048_588)), settings, topic_id
+        )
+
+    def topic_ids(self, names: list[TableName]) -> dict[TableName, str | None]:
+        """Each table's topic id, in one request; a table whose topic is missing is left out
+        (None for a topic the broker gives no id)."""
+        found = self._describe_topics(names, f"describing {len(names)} table topics")
+        return {name: described[1] for name, described in found.items() if described is not None}
+
+    def _describe_topics(
+        self, names: list[TableName], doing: str
+    ) -> dict[TableName, tuple[int, str | None] | None]:
+        """(partitions, topic id) of each topic in one DescribeTopics request; None: no such topic."""
+        if not names:
+            return {}
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection([name.topic for name in names]), request_timeout=self._timeout
+            )
+        except KafkaException as exc:
+            self._unanswered(exc, doing)
+        found: dict[TableName, tuple[int, str | None] | None] = {}
+        for name in names:
+            try:
+                described = futures[name.topic].result(timeout=self._timeout)
+            except concurrent.futures.TimeoutError as exc:
+                raise ServiceUnavailable(
+                    f"Kafka at {self._config.bootstrap_servers} did not answer {doing} within "
+                    f"{self._timeout:g} s; {unreachable_hint(self._config)}"
+                ) from exc
+            except KafkaException as exc:
+                err = refusals.kafka_error(exc)
+                if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    found[name] = None
+                    continue
+                self._unanswered(exc, doing)
+            found[name] = (len(described.partitions), topic_id_text(described.topic_id))
+        return found
+
+    def _unanswered(self, exc: KafkaException, doing: str) -> NoReturn:
+        """A refusal (ACL, credentials) names what to fix; anything else is an outage."""
+        self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
+        refusals.raise_refusal(exc, self._config, doing)
+        refusals.raise_if_credentials_refused(self._config, exc)
+        raise ServiceUnavailable(
+            f"Kafka at {self._config.bootstrap_servers} did not answer {doing}: {exc}; "
+            f"{unreachable_hint(self._config)}"
+        ) from exc
 
     def list_tables(self) -> list[TableName]:
         metadata = self._list(None)
@@ -169,10 +256,15 @@ class TopicAdmin:
         """The offset ``spec`` names in each table's partition, in one request (-1 where Kafka has none)."""
         if not names:
             return {}
-        wanted = {TopicPartition(name.topic, 0): spec for name in names}
         try:
-            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
-            found = {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
+            try:
+                found = self._ask_offsets(names, spec)
+            except KafkaException as exc:
+                err = refusals.kafka_error(exc)
+                if err is None or err.code() not in STALE_LEADER_CODES:
+                    raise
+                self._refresh_metadata()  # learn the current leaders and epochs, then ask once more
+                found = self._ask_offsets(names, spec)
         except concurrent.futures.TimeoutError as exc:  # not a KafkaException: say it like the others
             raise ServiceUnavailable(
                 f"cannot {what} {len(names)} tables: no answer within {self._timeout:g} s; "
@@ -184,6 +276,16 @@ class TopicAdmin:
                 f"cannot {what} {len(names)} tables: {exc}; {unreachable_hint(self._config)}"
             ) from exc
         return {name: found[name.topic] for name in names}
+
+    def _ask_offsets(self, names: list[TableName], spec: OffsetSpec) -> dict[str, int]:
+        wanted = {TopicPartition(name.topic, 0): spec for name in names}
+        futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+        return {tp.topic: int(f.result(timeout=self._timeout).offset) for tp, f in futures.items()}
+
+    def _refresh_metadata(self) -> None:
+        """One metadata request for every topic: librdkafka updates its cache from the answer
+        (leaders and leader epochs), which the admin client otherwise never refreshes."""
+        self._list(None)
 
     def delete(self, name: TableName) -> None:
         future = self._admin.delete_topics([name.topic], request_timeout=self._timeout)[name.topic]

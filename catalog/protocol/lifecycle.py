@@ -15,6 +15,7 @@ they were before the feature existed (a log keeps its meaning).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from segcat.catalog.protocol import locations, versions
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
@@ -33,6 +34,13 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 def has_feature(protocol: Protocol) -> bool:
     return versions.has_lifecycle(protocol)
+
+
+def held_as_text(properties: Mapping[str, str]) -> tuple[str, ...]:
+    """The reserved keys a table without the feature holds (set as plain text): from protocol 3 an
+    upgrade that brings the feature refuses them, so a stray value never becomes a drop or a
+    pruning point (docs/PROTOCOL.md §3b)."""
+    return tuple(sorted(RESERVED_PROPERTIES.intersection(properties)))
 
 
 def field_problem(commit: Commit) -> str | None:

@@ -17,8 +17,9 @@ can always be applied, by Spark or by anything else, with the same meaning:
                 | ["-"] number ("e" exp | "D")   double
                 | 'text' ('' inside means ')
                 | TRUE | FALSE
-                | DATE 'yyyy-mm-dd' | TIMESTAMP 'yyyy-mm-dd[ T]hh:mm:ss[.ffffff][Z|±hh:mm]' (no zone: UTC)
-                | X'hex'
+                | DATE 'yyyy-mm-dd'
+                | TIMESTAMP 'yyyy-mm-dd[( |T)hh:mm[:ss[.f{1,6}]][Z|±hh:mm]]' (no zone: UTC)
+                | X'hex' (pairs of hex digits)
                 | CAST('NaN' | 'Infinity' | '-Infinity' AS DOUBLE)
 
 Keywords are case-insensitive. Comparing with NULL is refused (it is never true in SQL;
@@ -27,6 +28,13 @@ Keywords are case-insensitive. Comparing with NULL is refused (it is never true 
 included, is docs/PROTOCOL.md §4a. ``to_sql`` writes a predicate back in this grammar (a
 left-deep AND / OR chain flat, so long chains stay within ``MAX_DEPTH``), so
 ``parse_predicate(to_sql(p)) == p``.
+
+docs/PROTOCOL.md §4a.1 is the contract, in EBNF. ``parse_predicate`` reads exactly it: ASCII
+digits and whitespace, DATE / TIMESTAMP strings of the written forms, an even number of hex
+digits, finite doubles. ``lenient=True`` also reads what protocol 1 and 2 tombstones could
+hold, because those logs accepted it: Unicode digits and spaces, any string Python 3.11's
+``date`` / ``datetime.fromisoformat`` reads, hex with spaces, doubles past the range as
+infinities.
 """
 
 from __future__ import annotations
@@ -43,8 +51,7 @@ from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, Lite
 MAX_DEPTH = 64
 """Nesting deeper than this is refused (no recursion blow-up on hostile input)."""
 
-_TOKEN = re.compile(
-    r"""
+_TOKEN_PATTERN = r"""
     (?P<ws>\s+)
   | (?P<number>-?(?:\d+\.\d+|\d+)(?:[eE][+-]?\d+)?[DdLl]?)
   | (?P<string>'(?:[^']|'')*')
@@ -52,9 +59,17 @@ _TOKEN = re.compile(
   | (?P<word>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op><=|>=|<>|!=|==|=|<|>)
   | (?P<punct>[(),])
-    """,
-    re.VERBOSE,
+    """
+_TOKEN = re.compile(_TOKEN_PATTERN, re.VERBOSE | re.ASCII)
+"""The grammar's tokens: whitespace and digits are ASCII only."""
+_TOKEN_LENIENT = re.compile(_TOKEN_PATTERN, re.VERBOSE)
+"""Protocol 1–2 tombstones: whitespace and digits as Python's Unicode patterns read them."""
+_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TIMESTAMP_TEXT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"(?:[ T][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?)?"
 )
+_HEX_TEXT = re.compile(r"(?:[0-9A-Fa-f]{2})*")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS = {"AND", "OR", "NOT", "IN", "IS", "NULL", "TRUE", "FALSE", "CAST", "AS"}
 """Reserved: never a column name unless back-quoted."""
@@ -73,11 +88,12 @@ class _Token:
     at: int
 
 
-def _tokens(text: str) -> list[_Token]:
+def _tokens(text: str, lenient: bool) -> list[_Token]:
     out: list[_Token] = []
     position = 0
+    pattern = _TOKEN_LENIENT if lenient else _TOKEN
     while position < len(text):
-        match = _TOKEN.match(text, position)
+        match = pattern.match(text, position)
         if match is None:
             raise InvalidPredicate(f"unexpected character {text[position]!r} at position {position}")
         kind = match.lastgroup or ""
@@ -88,9 +104,10 @@ def _tokens(text: str) -> list[_Token]:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, lenient: bool = False) -> None:
         self.text = text
-        self.tokens = _tokens(text)
+        self.lenient = lenient
+        self.tokens = _tokens(text, lenient)
         self.position = 0
         self.depth = 0
 
@@ -231,7 +248,7 @@ class _Parser:
     def literal(self) -> Literal:
         token = self.take()
         if token.kind == "number":
-            return _number(token.text)
+            return _number(token.text, self.lenient)
         if token.kind == "string":
             return _unquote(token.text)
         if token.kind != "word":
@@ -247,7 +264,7 @@ class _Parser:
             quoted = self.take()
             if quoted.kind != "string":
                 self.fail(f"expected a quoted value after {word}", quoted)
-            return _typed(word, _unquote(quoted.text))
+            return _typed(word, _unquote(quoted.text), self.lenient)
         if word == "CAST":
             self.expect_punct("(")
             quoted = self.take()
@@ -266,27 +283,38 @@ class _Parser:
         raise AssertionError("unreachable")
 
 
-def _number(text: str) -> int | float | Decimal:
+def _number(text: str, lenient: bool = False) -> int | float | Decimal:
     suffix = text[-1].upper()
+    value: int | float | Decimal
     try:
-        if suffix == "D":
-            return float(text[:-1])
         if suffix == "L":
-            return int(text[:-1])
-        if "e" in text or "E" in text:
-            return float(text)
-        if "." in text:
-            return Decimal(text)
-        return int(text)
+            value = int(text[:-1])
+        elif suffix == "D" or "e" in text or "E" in text:
+            value = float(text[:-1] if suffix == "D" else text)
+        elif "." in text:
+            value = Decimal(text)
+        else:
+            value = int(text)
     except ValueError as exc:
         raise InvalidPredicate(f"bad number {text!r}") from exc
+    if isinstance(value, float) and not (lenient or math.isfinite(value)):
+        raise InvalidPredicate(f"{text!r} does not fit a double (write CAST('Infinity' AS DOUBLE))")
+    return value
 
 
 def _unquote(text: str) -> str:
     return text[1:-1].replace("''", "'")
 
 
-def _typed(kind: str, text: str) -> Literal:
+def _typed(kind: str, text: str, lenient: bool = False) -> Literal:
+    form = {"DATE": _DATE_TEXT, "TIMESTAMP": _TIMESTAMP_TEXT, "X": _HEX_TEXT}[kind]
+    if not (lenient or form.fullmatch(text)):
+        written = {
+            "DATE": "yyyy-mm-dd",
+            "TIMESTAMP": "yyyy-mm-dd[( |T)hh:mm[:ss[.ffffff]][Z|+hh:mm|-hh:mm]]",
+            "X": "pairs of hex digits",
+        }[kind]
+        raise InvalidPredicate(f"bad {kind} literal {text!r}: expected {written}")
     try:
         if kind == "DATE":
             return dt.date.fromisoformat(text)
@@ -298,11 +326,14 @@ def _typed(kind: str, text: str) -> Literal:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
-def parse_predicate(text: str) -> Predicate:
-    """Parse ``text`` (the grammar above) into a predicate; ``InvalidPredicate`` says what is wrong."""
+def parse_predicate(text: str, *, lenient: bool = False) -> Predicate:
+    """Parse ``text`` (the grammar above) into a predicate; ``InvalidPredicate`` says what is wrong.
+
+    ``lenient``: also read what protocol 1 and 2 accepted in tombstones (module docstring); only
+    for judging those logs and applying their tombstones, never for new input."""
     if not isinstance(text, str):
         raise InvalidPredicate(f"a predicate is text, not {type(text).__name__}")
-    return _Parser(text).parse()
+    return _Parser(text, lenient).parse()
 
 
 # ---------------------------------------------------------------------------- writing back

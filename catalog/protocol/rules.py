@@ -7,7 +7,9 @@ version.
 
 The rules are versioned with the log (``segcat.catalog.protocol.versions``): each record is judged by the
 protocol in force before it. Protocol 1 is the rule set segcat had before versioning;
-protocol 2 adds the checks marked "v2" below. A well-formed ``UPGRADE_PROTOCOL`` to a
+protocol 2 adds the checks marked "v2" below, protocol 3 those marked "v3" (docs/PROTOCOL.md §3a
+lists them), and an upgrade *to* 3 or later follows its target's upgrade rules (§3b), whatever
+protocol judges it. A well-formed ``UPGRADE_PROTOCOL`` to a
 version or feature this code does not know raises ``UnsupportedProtocol``: judging on
 with the wrong rules is never an option.
 """
@@ -280,7 +282,7 @@ def malformation(
         return problem
     if problem := lifecycle.field_problem(commit):
         return problem
-    if version >= 2 and (problem := _malformation_v2(commit)):
+    if version >= 2 and (problem := _malformation_v2(commit, version)):
         return problem
     return _operation_malformation(commit)
 
@@ -305,8 +307,9 @@ def _protocol_field_malformation(commit: Commit) -> str | None:
     return None
 
 
-def _malformation_v2(commit: Commit) -> str | None:
-    """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2")."""
+def _malformation_v2(commit: Commit, version: int) -> str | None:
+    """The field rules protocol 2 adds (docs/PROTOCOL.md §4, "v2"); from protocol 3 (v3) a
+    tombstone parses in the grammar exactly, protocol 2 read it leniently (§4a.1)."""
     if len({s.path for s in commit.adds}) != len(commit.adds):
         return "two added segments have the same path"
     types: dict[str, ColumnType] = {}
@@ -316,7 +319,7 @@ def _malformation_v2(commit: Commit) -> str | None:
                 return f"added segments disagree on the stats type of column {stats.column!r}"
     for i, tomb in enumerate(commit.tombstones):
         try:
-            parse_predicate(tomb.predicate)
+            parse_predicate(tomb.predicate, lenient=version < 3)
         except InvalidPredicate as exc:
             return f"tombstones[{i}]: {exc}"
     if commit.isolation is Isolation.SERIALIZABLE and commit.operation is not Operation.REPLACE:
@@ -425,6 +428,31 @@ def contextual_malformation(state: TableState, commit: Commit) -> str | None:
         return "SET_PROPERTIES changes nothing"
     if commit.operation is Operation.SET_SCHEMA and commit.schema == state.schema:
         return "SET_SCHEMA sets the schema the table already has"
+    if state.protocol.version >= 3:
+        return _contextual_v3(state, commit)
+    return None
+
+
+def _contextual_v3(state: TableState, commit: Commit) -> str | None:
+    """v3, step 6: two added segments naming one file under two spellings (their path keys, §2).
+
+    Protocol 2 compared the added paths literally (step 4), so ``data/e1.parquet`` and
+    ``file://<root>/data/e1.parquet`` went live together and their rows counted twice."""
+    return same_file_added_twice(commit.adds, state.location)
+
+
+def same_file_added_twice(adds: tuple[Segment, ...], location: str | None) -> str | None:
+    """Why two of ``adds`` name one file (equal path keys under ``location``), or None."""
+    if len(adds) < 2:
+        return None
+    # relative paths under one root name one file each: only an absolute URI can alias one
+    spelled = any(locations.is_absolute_uri(s.path) for s in adds)
+    seen: dict[str, str] = {}
+    for segment in adds:
+        key = path_key(segment.path, location) if spelled else segment.path
+        other = seen.setdefault(key, segment.segment_id)
+        if other != segment.segment_id:
+            return f"added segments {other!r} and {segment.segment_id!r} name the same file {key!r}"
     return None
 
 
@@ -442,6 +470,35 @@ def _upgrade_malformation(state: TableState, wanted: Protocol, commit: Commit) -
     recorded = commit.table_properties.get(LOCATION_PROPERTY, state.location)
     if state.location is not None and recorded != state.location:
         return f"{LOCATION_PROPERTY} is already recorded ({state.location!r})"
+    if wanted.version >= 3:
+        return _upgrade_to_v3(state, wanted, commit)
+    return None
+
+
+def _upgrade_to_v3(state: TableState, wanted: Protocol, commit: Commit) -> str | None:
+    """The upgrade rules of a target version ≥ 3 (docs/PROTOCOL.md §3b), judged at any protocol.
+
+    An upgrade records the protocol and, once, the location; nothing else. Protocol 1 and 2 let
+    it carry any table property, unchecked by §3c when the feature arrived with it (a drop, a
+    log start), and protocol 1 took any text, even null, as the location."""
+    extra = sorted(set(commit.table_properties) - {LOCATION_PROPERTY})
+    if extra:
+        return (
+            f"an upgrade to protocol {wanted.version} carries no table property but {LOCATION_PROPERTY} "
+            f"({extra[0]!r}: set it with SET_PROPERTIES)"
+        )
+    if LOCATION_PROPERTY in commit.table_properties:
+        location = commit.table_properties[LOCATION_PROPERTY]
+        problem = "null is not a location" if location is None else locations.location_problem(location)
+        if problem is not None:
+            return f"{LOCATION_PROPERTY}: {problem}"
+    if versions.has_lifecycle(wanted) and not versions.has_lifecycle(state.protocol):
+        held = lifecycle.held_as_text(state.properties)
+        if held:
+            return (
+                f"the table holds {held[0]!r}, set as plain text before it had the feature "
+                f"'{versions.LIFECYCLE}': remove it (SET_PROPERTIES with null) before this upgrade"
+            )
     return None
 
 

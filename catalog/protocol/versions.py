@@ -26,6 +26,11 @@ tables (``segcat.dropped``), docs/PROTOCOL.md §3c."""
 KNOWN_FEATURES: frozenset[str] = frozenset({LIFECYCLE})
 """Named features this code understands."""
 
+FEATURE_MIN_VERSION: dict[str, int] = {LIFECYCLE: 2}
+"""The protocol version from which each feature means something (docs/PROTOCOL.md §3b). A feature
+named at a lower version is accepted by the rules (protocol 1 judged it so) but inert until the
+table reaches that version; writers refuse to name it there (``inert_features``)."""
+
 MAX_FEATURES = 64
 
 
@@ -35,7 +40,13 @@ def new_table_protocol() -> Protocol:
 
 def has_lifecycle(protocol: Protocol) -> bool:
     """Whether a table at ``protocol`` has write intents, pruning and drop (feature ``lifecycle``)."""
-    return protocol.version >= 2 and LIFECYCLE in protocol.features
+    return protocol.version >= FEATURE_MIN_VERSION[LIFECYCLE] and LIFECYCLE in protocol.features
+
+
+def inert_features(protocol: Protocol) -> tuple[str, ...]:
+    """The features ``protocol`` names below the version that gives them meaning (docs/PROTOCOL.md
+    §3b): ``{version 1, features [lifecycle]}`` is a valid upgrade whose feature does nothing."""
+    return tuple(f for f in protocol.features if protocol.version < FEATURE_MIN_VERSION.get(f, 0))
 
 
 def normalized(protocol: Protocol) -> Protocol:

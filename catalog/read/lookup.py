@@ -57,16 +57,20 @@ class Found:
         return [CommitDelta(c.version, c.timestamp_ms, codec.decode_commit(c.value)) for c in self.commits]
 
 
-def from_redis(redis: RedisStore, table: str, bound: int | None, *, probe: bool = True) -> Found | None:
+def from_redis(
+    redis: RedisStore, table: str, bound: int | None, *, probe: bool = True, log_id: str | None = None
+) -> Found | None:
     """Key frame + deltas from Redis, when they reach ``bound`` (None = the materialized head).
 
-    With a ``bound`` and ``probe``, the key frame's version is read first (one ``HGET``): a version
-    older than it is object storage's to answer, and the frame is never fetched for nothing. (A
-    read of the log's end skips the probe: the head is not older than the key frame.)
+    With a ``bound`` and ``probe``, the key frame's version is read first (one ``HMGET``, which
+    also names the frame's log): a version older than it is object storage's to answer, and the
+    frame is never fetched for nothing. (A read of the log's end skips the probe: the head is not
+    older than the key frame.) With ``log_id``, values of another log (a table that had this name
+    before) or from before the binding are never taken: the next source answers.
     """
     try:
         if bound is not None and probe:
-            cached = redis.keyframe_version(table)
+            cached = redis.keyframe_version(table, log_id)
             if cached is None or bound < cached:
                 return None
         loaded = redis.load(table)
@@ -75,11 +79,16 @@ def from_redis(redis: RedisStore, table: str, bound: int | None, *, probe: bool 
         return None
     if loaded.head is None or loaded.keyframe is None or not loaded.complete:
         return None
+    if not loaded.belongs_to(log_id):
+        log.info("redis holds another log's values", extra={"table": table, "log_id": log_id})
+        return None
     try:
         start = keyframe.from_ipc(loaded.keyframe, verified_bytes=True)
         frame = FrameView.from_keyframe(start, lean=True)
     except CorruptKeyFrame as exc:
         log.warning("corrupt key frame in redis", extra={"table": table, "reason": str(exc)})
+        return None
+    if log_id is not None and start.log_id != log_id:
         return None
     if bound is not None and bound < frame.offset:
         return None  # older than the cached key frame (it moved since the HGET): object storage answers

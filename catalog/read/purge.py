@@ -39,7 +39,7 @@ def purge(catalog: Catalog, table: Table) -> PurgeReport:
     catalog_objects = 0
     if table.files is not None:
         store = table.files.store
-        for key, _, _ in store.list_files(table.files.base):
+        for key, _, _ in store.list_files(table.files.catalog_dir):  # every log's objects
             store.delete(key)
             catalog_objects += 1
     redis_keys = 0

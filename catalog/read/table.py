@@ -6,8 +6,8 @@ frame + commit archives), then judge the rest of the log themselves (docs/PROTOC
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -21,6 +21,8 @@ from segcat.catalog.errors import (
     InvalidArgument,
     InvalidCommit,
     LogPruned,
+    MalformedCommit,
+    SegcatError,
     ServiceUnavailable,
     TableDropped,
     VersionExpired,
@@ -99,25 +101,39 @@ class Catalog:
         if problem := locations.location_problem(root):
             raise InvalidArgument(problem)
         info = self.admin.create(parsed, max_message_bytes=max_message_bytes)
-        table = self._open(info)
-        commit = Commit(
-            commit_id=Commit.new_id(),
-            table=parsed.qualified,
-            operation=Operation.UPGRADE_PROTOCOL,
-            base_version=-1,
-            writer_id=f"segcat-create-{os.getpid()}",
-            timestamp_ms=int(time.time() * 1000),
-            table_properties={LOCATION_PROPERTY: root},
-            protocol=versions.new_table_protocol(),
-        )
         try:
+            table = self._open(info)
+            commit = Commit(
+                commit_id=Commit.new_id(),
+                table=parsed.qualified,
+                operation=Operation.UPGRADE_PROTOCOL,
+                base_version=-1,
+                writer_id=f"segcat-create-{os.getpid()}",
+                timestamp_ms=int(time.time() * 1000),
+                table_properties={LOCATION_PROPERTY: root},
+                protocol=versions.new_table_protocol(),
+            )
             offset = produce_commit(self.config, parsed, commit, info.max_message_bytes)
-        except ServiceUnavailable:
-            with contextlib.suppress(ServiceUnavailable):
-                self.admin.delete(parsed)  # no half-created table: a log without its protocol
+            table.expect_accepted(commit, offset)
+        except BaseException as exc:  # interrupted too: no topic without its first commit
+            self._undo_creation(parsed, exc)
             raise
-        table.expect_accepted(commit, offset)
         return table
+
+    def _undo_creation(self, name: TableName, exc: BaseException) -> None:
+        """No half-created table: a topic whose first commit did not take is deleted again, and
+        a typed error says so (or names the topic to delete by hand when that failed too)."""
+        try:
+            self.admin.delete(name)
+        except SegcatError as failed:
+            note = (
+                f"creating {name} failed and its topic {name.topic} could not be deleted again "
+                f"({failed}): delete the topic, then create the table again"
+            )
+        else:
+            note = f"creating {name} failed; its topic was deleted again, nothing was created"
+        if isinstance(exc, SegcatError):
+            exc.args = (f"{exc} ({note})", *exc.args[1:])
 
     def table(self, name: str | TableName) -> Table:
         """Open an existing table; refuses a misconfigured topic before anything is read."""
@@ -125,7 +141,8 @@ class Catalog:
         return self._open(self.admin.describe(parsed))
 
     def _open(self, info: TopicInfo) -> Table:
-        return Table(self.config, info, redis=self.redis, files=TableFiles(self.store, info.name))
+        files = TableFiles(self.store, info.name, info.topic_id)
+        return Table(self.config, info, redis=self.redis, files=files)
 
     def list_tables(self) -> list[TableName]:
         return self.admin.list_tables()
@@ -171,6 +188,9 @@ class Table:
         """Where data would live by the configured warehouse; the recorded location wins."""
         self.redis = redis
         self.files = files
+        self.log_id = info.topic_id
+        """Which log this handle reads (the topic id, fixed when the handle opened): key frames,
+        archives and Redis values of any other log are never taken (docs/PROTOCOL.md §6)."""
 
     def _reader(self) -> LogReader:
         return LogReader(self.config, self.name)
@@ -292,7 +312,7 @@ class Table:
         found: lookup.Found | None = None
         if lean and "redis" in sources and self.redis is not None:
             probe = resolved is None or bound < resolved.log_end  # a version, not the log's end
-            found = lookup.from_redis(self.redis, self.name.qualified, bound, probe=probe)
+            found = lookup.from_redis(self.redis, self.name.qualified, bound, probe=probe, log_id=self.log_id)
         if found is None and lean and "object-store" in sources and self.files is not None:
             found = lookup.from_next_keyframe(self.files, bound)
         if found is None and "object-store" in sources and self.files is not None:
@@ -357,7 +377,7 @@ class Table:
     def _materialized_head(self) -> Snapshot | None:
         """Redis' head as it is, with how far it trails the log (None: Redis cannot answer)."""
         assert self.redis is not None
-        found = lookup.from_redis(self.redis, self.name.qualified, None)
+        found = lookup.from_redis(self.redis, self.name.qualified, None, log_id=self.log_id)
         if found is None:
             return None
         try:
@@ -380,7 +400,9 @@ class Table:
 
         Records the table's location if the log has none yet (protocol 2 needs it): the
         configured warehouse's root for this table. Returns the version of the upgrade, or
-        the current head version when the table already is at this protocol.
+        the current head version when the table already is at this protocol. A table holding
+        a reserved lifecycle property set as plain text is refused before anything is written
+        (``MalformedCommit``): the upgrade that brings the feature would be INVALID (§3b).
         """
         head = self.snapshot()
         target = versions.new_table_protocol()
@@ -390,6 +412,14 @@ class Table:
             max(target.version, head.protocol.version),
             tuple(sorted(set(target.features) | set(head.protocol.features))),
         )
+        held = () if versions.has_lifecycle(head.protocol) else lifecycle.held_as_text(head.properties)
+        if held:
+            removal = json.dumps({"operation": "SET_PROPERTIES", "table_properties": {held[0]: None}})
+            raise MalformedCommit(
+                f"upgrade of {self.name} not sent: the table holds {held[0]!r}, set as plain text before "
+                f"it had the feature '{versions.LIFECYCLE}'; remove it first "
+                f"(`segcat commit {self.name} -` with {removal}), then upgrade"
+            )
         changes: dict[str, str | None] = {} if head.location is not None else {LOCATION_PROPERTY: self.root}
         return self._publish(head, Operation.UPGRADE_PROTOCOL, "upgrade", changes, protocol=target)
 
@@ -419,6 +449,12 @@ class Table:
         """Judge the record at ``offset`` (by reading the table back); its version, or why not."""
         for applied in self.records(offset, offset + 1):
             verdict = applied.verdict
+            if applied.commit is not None and applied.commit.commit_id != commit.commit_id:
+                raise ServiceUnavailable(
+                    f"the record read back at offset {offset} of {self.name} is commit "
+                    f"{applied.commit.commit_id}, not {commit.commit_id}: the log changed under the "
+                    "writer (its topic re-created?); read the table again before retrying"
+                )
             if verdict.outcome is Outcome.ACCEPTED and verdict.commit_id == commit.commit_id:
                 return offset
             if verdict.outcome is Outcome.DUPLICATE and verdict.original_version is not None:
@@ -462,7 +498,7 @@ class Table:
             return empty
         found: lookup.Found | None = None
         if self.redis is not None:
-            found = lookup.from_redis(self.redis, self.name.qualified, start - 1)
+            found = lookup.from_redis(self.redis, self.name.qualified, start - 1, log_id=self.log_id)
         if found is None and self.files is not None:
             found = lookup.from_object_store(self.files, start - 1)
         if found is None or found.frame.offset >= start:
@@ -542,7 +578,9 @@ class Table:
     def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
         """Every accepted version after ``from_version`` (default: the current head), gap-free."""
         start = self.snapshot().version if from_version is None else from_version
-        return Watcher(self.config, self.name, self.redis, self.files, start, poll_s=poll_s)
+        return Watcher(
+            self.config, self.name, self.redis, self.files, start, poll_s=poll_s, log_id=self.log_id
+        )
 
     def changes(self, after: int, upto: int) -> list[VersionChange]:
         """The accepted versions in (``after``, ``upto``], judged here from the log and the archives:

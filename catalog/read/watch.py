@@ -87,11 +87,15 @@ class Watcher:
         from_version: int,
         *,
         poll_s: float = 0.5,
+        log_id: str | None = None,
     ) -> None:
+        """``log_id``: the log being watched (the topic id); events and Redis values of another
+        log (a table that had this name before) are ignored."""
         self._config = config
         self._name = name
         self._redis = redis
         self._files = files
+        self._log_id = log_id
         self.last = from_version
         self._poll_s = poll_s
         self._sub: Subscription | None = None
@@ -134,7 +138,7 @@ class Watcher:
             except ServiceUnavailable:
                 self._drop_subscription()
                 continue
-            if event is None or event.version <= self.last:
+            if event is None or event.version <= self.last or not self._ours(event.log_id):
                 continue
             if event.prev_version > self.last:
                 yield from self._fill_from_stream_or_log(event.prev_version)
@@ -160,7 +164,7 @@ class Watcher:
             return None
         try:
             head = self._redis.head(self._name.qualified)
-            if head is None:
+            if head is None or not self._ours(head.log_id):
                 return None
             target = head.version if upto is None else min(upto, head.version)
             if target <= self.last:
@@ -177,6 +181,10 @@ class Watcher:
             except DecodeError:
                 return None
         return items
+
+    def _ours(self, log_id: str | None) -> bool:
+        """Whether a value of ``log_id`` belongs to the log watched (any does when it has no id)."""
+        return self._log_id is None or log_id == self._log_id
 
     def _emit(self, items: list[CommitDelta], source: str) -> Iterator[VersionChange]:
         for delta in items:

@@ -107,6 +107,8 @@ class Archive:
     heads: tuple[CommitHead, ...] = ()
     """Only from ``decode_heads`` (then ``commits`` and ``others`` are empty): the accepted
     commits without their values."""
+    log_id: str | None = None
+    """The log (Kafka topic id) the records came from; None in archives written before the binding."""
 
     def log_records(self) -> list[LogRecord]:
         """Every record the archive holds, in offset order, as the log held it."""
@@ -133,6 +135,7 @@ def encode_archive(
     *,
     table: str | None = None,
     others: Iterable[ArchivedRecord] = (),
+    log_id: str | None = None,
 ) -> bytes:
     """The Parquet bytes of the archive covering ``from_version ..= to_version`` (both inclusive):
     the accepted ``commits`` and the ``others`` records of the range, in one offset order."""
@@ -164,6 +167,8 @@ def encode_archive(
         "accepted": len(accepted),
         "table": table,
     }
+    if log_id is not None:
+        meta["log_id"] = log_id
     meta_json = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
     data = data.replace_schema_metadata(
         {
@@ -185,12 +190,14 @@ def decode_heads(data: bytes) -> Archive:
     if meta_json is None or checksum is None:
         whole = decode_archive(data)
         heads = tuple(CommitHead(c.version, c.timestamp_ms, c.commit_id, c.operation) for c in whole.commits)
-        return Archive(whole.from_version, whole.to_version, (), whole.table, heads=heads)
+        return Archive(
+            whole.from_version, whole.to_version, (), whole.table, heads=heads, log_id=whole.log_id
+        )
     if any(name not in table.column_names for name in HEAD_COLUMNS):
         raise CorruptArchive(f"unexpected archive columns: {table.schema.remove_metadata()}")
     if _checksum(meta_json, table, HEAD_COLUMNS).encode() != checksum:
         raise CorruptArchive("commit archive checksum mismatch")
-    from_version, to_version, count, table_name = _range(meta_json)
+    from_version, to_version, count, table_name, log_id = _range(meta_json)
     columns = {name: table.column(name).to_pylist() for name in HEAD_COLUMNS}
     versions: list[int] = columns["version"]
     problem = _check_range(from_version, to_version, versions)
@@ -202,23 +209,25 @@ def decode_heads(data: bytes) -> Archive:
             if cid is None or operation is None:
                 raise CorruptArchive(f"accepted record at version {version} lacks its commit")
             found.append(CommitHead(version, timestamp, cid, operation))
-    return Archive(from_version, to_version, (), table_name, heads=tuple(found))
+    return Archive(from_version, to_version, (), table_name, heads=tuple(found), log_id=log_id)
 
 
-def _range(meta_json: bytes) -> tuple[int, int, int, str | None]:
-    """``(from_version, to_version, count, table)`` of an archive's metadata (of a readable format)."""
+def _range(meta_json: bytes) -> tuple[int, int, int, str | None, str | None]:
+    """``(from_version, to_version, count, table, log_id)`` of an archive's metadata (of a
+    readable format)."""
     try:
         meta: dict[str, Any] = json.loads(meta_json)
         if meta.get("format_version") not in READABLE_FORMATS:
             raise CorruptArchive(
                 f"unsupported commit archive format {meta.get('format_version')!r}; upgrade segcat"
             )
-        table = meta.get("table")
+        table, log_id = meta.get("table"), meta.get("log_id")
         return (
             int(meta["from_version"]),
             int(meta["to_version"]),
             int(meta["count"]),
             table if isinstance(table, str) else None,
+            log_id if isinstance(log_id, str) else None,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptArchive(f"bad commit archive metadata: {exc}") from exc
@@ -273,7 +282,15 @@ def decode_archive(data: bytes) -> Archive:
         else:
             others.append(ArchivedRecord(version, timestamp, columns["key"][i], value, outcomes[i]))
     name = table_name if isinstance(table_name, str) else None
-    return Archive(from_version, to_version, tuple(commits), name, tuple(others))
+    log_id = meta.get("log_id")
+    return Archive(
+        from_version,
+        to_version,
+        tuple(commits),
+        name,
+        tuple(others),
+        log_id=log_id if isinstance(log_id, str) else None,
+    )
 
 
 def _checksum(meta_json: bytes, table: pa.Table, columns: Iterable[str] | None = None) -> str:

@@ -66,6 +66,13 @@ class KeyFrame:
         return int(self.meta["version"])
 
     @property
+    def log_id(self) -> str | None:
+        """The log (Kafka topic id) the frame was built from; None in frames written before the
+        binding (docs/PROTOCOL.md §6, *Which log*)."""
+        raw = self.meta.get("log_id")
+        return raw if isinstance(raw, str) else None
+
+    @property
     def lean(self) -> bool:
         """Whether this is a lean copy (Redis format 2): wide columns only, no lossless segments."""
         return AVRO_COLUMN not in self.table.column_names
@@ -112,8 +119,11 @@ def decode_segments(encoded: Iterable[bytes], layout: bytes | None = None) -> li
     return out
 
 
-def _meta(state: TableState, layout: bytes) -> dict[str, Any]:
-    return {"format_version": FORMAT_VERSION, "segment_layout": layout.hex(), **state.to_meta()}
+def _meta(state: TableState, layout: bytes, log_id: str | None) -> dict[str, Any]:
+    meta = {"format_version": FORMAT_VERSION, "segment_layout": layout.hex(), **state.to_meta()}
+    if log_id is not None:
+        meta["log_id"] = log_id
+    return meta
 
 
 def _meta_checksum(meta_json: bytes, schema: pa.Schema) -> str:
@@ -167,17 +177,20 @@ def segment_rows(
     return view.append_column("segment_avro", pa.array(encoded, type=pa.binary()))
 
 
-def build(state: TableState) -> pa.Table:
+def build(state: TableState, *, log_id: str | None = None) -> pa.Table:
     """The key-frame table for ``state``, with metadata and checksum attached."""
-    return seal(segment_rows(state.segments.values(), state.stats_types()), state)
+    return seal(segment_rows(state.segments.values(), state.stats_types()), state, log_id=log_id)
 
 
-def seal(rows: pa.Table, state: TableState, layout: bytes | None = None) -> pa.Table:
+def seal(
+    rows: pa.Table, state: TableState, layout: bytes | None = None, *, log_id: str | None = None
+) -> pa.Table:
     """Attach ``state``'s metadata and the checksum to key-frame rows (sorted by segment_id).
 
     Lets a materializer keep its rows up to date incrementally instead of rebuilding
     every segment for every key frame. ``layout`` is the commit layout the rows'
-    ``segment_avro`` was written in (default: the current one).
+    ``segment_avro`` was written in (default: the current one). ``log_id``: the log (Kafka
+    topic id) the state was judged from, recorded so no other log's reader takes the frame.
     """
     if rows.num_rows != state.live_count:
         raise ValueError(f"{rows.num_rows} rows for {state.live_count} live segments")
@@ -185,7 +198,7 @@ def seal(rows: pa.Table, state: TableState, layout: bytes | None = None) -> pa.T
     if rows.num_rows:
         rows = rows.sort_by("segment_id")
     layout = codec.current_fingerprint() if layout is None else layout
-    meta_json = json.dumps(_meta(state, layout), separators=(",", ":"), sort_keys=True).encode()
+    meta_json = json.dumps(_meta(state, layout, log_id), separators=(",", ":"), sort_keys=True).encode()
     checksum = _checksum(meta_json, rows.schema, rows.column("segment_avro")).encode()
     return rows.replace_schema_metadata(
         {

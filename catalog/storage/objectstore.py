@@ -19,9 +19,12 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
+from segcat.catalog import urls
 from segcat.catalog.config import Config
+from segcat.catalog.errors import ConfigError
 from segcat.catalog.storage.provenance import read_footer_provenance
 
 _READ_ATTEMPTS = 8
@@ -85,15 +88,20 @@ class ObjectStore:
     def from_uri(
         cls, warehouse: str, *, s3_endpoint: str | None = None, s3_region: str | None = None
     ) -> ObjectStore:
-        if warehouse.startswith("s3://"):
-            parsed = urlsplit(warehouse)
-            if not parsed.netloc:
-                raise ValueError(f"warehouse {warehouse!r} names no bucket")
-            root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-            return cls(s3_filesystem(parsed.netloc, s3_endpoint, s3_region), root)
-        if "://" in warehouse:
-            fs, root = pafs.FileSystem.from_uri(warehouse)
-            return cls(fs, root)
+        """The store for ``warehouse``; ``ConfigError`` (never echoing credentials) if it names none."""
+        urls.check_warehouse(warehouse, "the warehouse address")
+        if s3_endpoint is not None:
+            urls.check_endpoint(s3_endpoint, "the S3 endpoint")
+        try:
+            if warehouse.startswith("s3://"):
+                parsed = urlsplit(warehouse)
+                root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+                return cls(s3_filesystem(parsed.netloc, s3_endpoint, s3_region), root)
+            if "://" in warehouse:
+                fs, root = pafs.FileSystem.from_uri(warehouse)
+                return cls(fs, root)
+        except (ValueError, pa.ArrowException) as exc:  # ArrowInvalid: a bucket or scheme pyarrow refuses
+            raise ConfigError(f"the warehouse {warehouse!r} cannot be opened: {exc}") from None
         return cls(pafs.LocalFileSystem(), warehouse)
 
     # ------------------------------------------------------------------ operations

@@ -1,8 +1,16 @@
 """One table's ``_catalog/`` on object storage: key frames, commit archives, ``_latest`` (PROTOCOL.md §6).
 
-    <ns>/<table>/_catalog/keyframes/<V:020d>.parquet
-    <ns>/<table>/_catalog/commits/<from:020d>-<to:020d>.parquet
-    <ns>/<table>/_catalog/_latest      {"version", "path", "sha256" (of the key frame object), "checksum"}
+    <ns>/<table>/_catalog/logs/<log id>/keyframes/<V:020d>.parquet
+    <ns>/<table>/_catalog/logs/<log id>/commits/<from:020d>-<to:020d>.parquet
+    <ns>/<table>/_catalog/logs/<log id>/_latest   {"version", "path", "sha256" (of the key frame), "checksum"}
+    <ns>/<table>/_catalog/_log     {"log_id", "reason", "checksum"}: whose the flat layout is
+
+Every object belongs to one log: the table's topic as Kafka created it, named by its topic id.
+A table re-created under the same name (its topic deleted without a purge) is another log, and
+its objects live in a directory of their own, so nothing of the old table is ever read as the
+new one's. The flat layout (``_catalog/keyframes/...`` etc., without ``logs/<id>``) holds what
+was written before that binding, and those objects are read only by the log ``_catalog/_log``
+names (``ownership`` checks them against the log before a materializer writes it).
 
 Everything here is a deterministic function of the log, so writing an object twice is
 harmless and two materializers racing during a rebalance cannot disagree on content.
@@ -16,6 +24,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,6 +54,27 @@ _KEYFRAME_NAME = re.compile(r"(\d{20})\.parquet")
 _ARCHIVE_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
 _LATEST_REWRITES = 3
 """How often ``write_keyframe`` re-asserts ``_latest`` if a racing writer moved it back."""
+LOG_ID = re.compile(r"[A-Za-z0-9_-]{22}")
+"""A Kafka topic id as text (URL-safe base64 of 16 bytes, no padding): safe in any path."""
+CLAIM_RECHECK_S = 30.0
+"""How long a handle that found no ``_catalog/_log`` trusts that before reading it again (a
+materializer may write it meanwhile; once written it never changes)."""
+
+
+def check_log_id(log_id: str | None) -> str | None:
+    """``log_id`` if it is a topic id in Kafka's text form (or None), else ``ValueError``."""
+    if log_id is not None and (not isinstance(log_id, str) or not LOG_ID.fullmatch(log_id)):
+        raise ValueError(f"not a Kafka topic id: {log_id!r}")
+    return log_id
+
+
+@dataclass(frozen=True, slots=True)
+class FlatClaim:
+    """``_catalog/_log``: the log the flat layout (objects written before the binding) belongs to."""
+
+    log_id: str | None
+    """None: checked against the log of its time and found to be another table's (or none's)."""
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -76,10 +106,80 @@ class Latest:
 class TableFiles:
     """Read and write the ``_catalog/`` objects of one table."""
 
-    def __init__(self, store: ObjectStore, name: TableName) -> None:
+    def __init__(self, store: ObjectStore, name: TableName, log_id: str | None = None) -> None:
+        """``log_id``: the log (topic id) whose objects these are; None (a broker without topic
+        ids, a tool without Kafka) reads and writes the flat layout, unbound, as before."""
         self.store = store
         self.name = name
-        self.base = f"{name.namespace}/{name.table}/_catalog"
+        self.log_id = check_log_id(log_id)
+        self.catalog_dir = f"{name.namespace}/{name.table}/_catalog"
+        """Every log's objects of this table (what a purge removes)."""
+        self._base: str | None = self.catalog_dir if log_id is None else None
+        self._settled = log_id is None
+        self._resolved_at = 0.0
+
+    # ------------------------------------------------------------------ which log
+
+    @property
+    def base(self) -> str:
+        """The directory of this log's objects: ``logs/<log id>``, or the flat layout when
+        ``_catalog/_log`` names this log. Resolved on first use (one read of the claim), again
+        while no claim exists every ``CLAIM_RECHECK_S``; ``OSError`` if storage cannot answer."""
+        if self._base is None or (
+            not self._settled and time.monotonic() - self._resolved_at >= CLAIM_RECHECK_S
+        ):
+            self.resolve()
+        assert self._base is not None
+        return self._base
+
+    def resolve(self) -> str:
+        """Read ``_catalog/_log`` now and choose the directory (see ``base``)."""
+        assert self.log_id is not None or self._settled
+        if self.log_id is None:
+            return self.catalog_dir
+        claim = self.read_claim()
+        self._settled = claim is not None
+        self._resolved_at = time.monotonic()
+        flat = claim is not None and claim.log_id == self.log_id
+        self._base = self.catalog_dir if flat else f"{self.catalog_dir}/logs/{self.log_id}"
+        return self._base
+
+    @property
+    def claim_path(self) -> str:
+        return f"{self.catalog_dir}/_log"
+
+    def read_claim(self) -> FlatClaim | None:
+        """``_catalog/_log`` (None: absent, or unreadable, which is treated as absent)."""
+        try:
+            raw = self.store.get(self.claim_path)
+        except FileNotFoundError:
+            return None
+        try:
+            doc: dict[str, Any] = json.loads(raw)
+            body = {"log_id": doc["log_id"], "reason": str(doc["reason"])}
+            if doc.get("checksum") != _body_checksum(body):
+                raise ValueError("checksum mismatch")
+            return FlatClaim(check_log_id(body["log_id"]), body["reason"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self._warn("claim_unreadable", None, self.claim_path, str(exc))
+            return None
+
+    def write_claim(self, claim: FlatClaim) -> None:
+        """Record whose the flat layout is: ``ownership.settle_flat_layout`` decides it once (an
+        operator adopting objects that cannot be compared writes it by hand, docs/OPERATIONS.md)."""
+        body = {"log_id": check_log_id(claim.log_id), "reason": claim.reason}
+        payload = {**body, "checksum": _body_checksum(body)}
+        self.store.put(self.claim_path, json.dumps(payload, sort_keys=True, indent=1).encode() + b"\n")
+        if self.log_id is not None:
+            self.resolve()
+
+    def flat(self) -> TableFiles:
+        """The flat layout, unbound (what segcat wrote before objects were bound to their log)."""
+        return TableFiles(self.store, self.name)
+
+    def holds_history(self) -> bool:
+        """Whether this layout holds a key frame, an archive or ``_latest``."""
+        return bool(self.keyframe_versions() or self.archives() or self.store.exists(self.latest_path))
 
     # ------------------------------------------------------------------ names
 
@@ -108,6 +208,8 @@ class TableFiles:
         frame = keyframe.verify(table)
         if frame.version != version:
             raise ValueError(f"key frame holds version {frame.version}, not {version}")
+        if frame.log_id != self.log_id and self.log_id is not None:
+            raise ValueError(f"key frame of log {frame.log_id}, not of {self.log_id}")
         path = self.keyframe_path(version)
         data = keyframe.to_parquet(table)
         self.store.put(path, data)
@@ -145,6 +247,8 @@ class TableFiles:
             raise CorruptKeyFrame(f"object for version {version} holds version {frame.version}")
         if frame.meta.get("table") != self.name.qualified:
             raise CorruptKeyFrame(f"key frame belongs to table {frame.meta.get('table')!r}")
+        if self.log_id is not None and frame.log_id not in (None, self.log_id):
+            raise CorruptKeyFrame(f"key frame belongs to log {frame.log_id}, not to {self.log_id}")
         return frame
 
     def latest(self) -> tuple[int, str, str] | None:
@@ -211,7 +315,7 @@ class TableFiles:
 
     def remove_stale_temp_files(self, older_than_s: float) -> list[str]:
         """Delete temp files a killed writer left under this table's ``_catalog/`` (and nowhere else)."""
-        return self.store.remove_stale_temp_files(self.base, older_than_s)
+        return self.store.remove_stale_temp_files(self.catalog_dir, older_than_s)
 
     # ------------------------------------------------------------------ commit archives
 
@@ -225,7 +329,9 @@ class TableFiles:
         """Store the archive of the records in ``from_version ..= to_version``: the accepted
         commits and the ``others`` (every record that was not accepted)."""
         path = self.archive_path(from_version, to_version)
-        data = encode_archive(from_version, to_version, commits, table=self.name.qualified, others=others)
+        data = encode_archive(
+            from_version, to_version, commits, table=self.name.qualified, others=others, log_id=self.log_id
+        )
         self.store.put(path, data)
         return path
 
@@ -254,6 +360,8 @@ class TableFiles:
             )
         if archive.table is not None and archive.table != self.name.qualified:
             raise CorruptArchive(f"archive {ref.path} belongs to table {archive.table!r}")
+        if self.log_id is not None and archive.log_id not in (None, self.log_id):
+            raise CorruptArchive(f"archive {ref.path} belongs to log {archive.log_id}, not to {self.log_id}")
         return archive
 
     def archive_plan(self, after_version: int, upto: int | None = None) -> list[ArchiveRef]:

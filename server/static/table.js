@@ -18,6 +18,8 @@ const state = {
   points: new Map(), // accepted version -> {ts, segments, rows, bytes}
   timeline: new Map(), // version -> <li>
   oldestOffset: null, // the oldest record read (for "older records")
+  readFrom: null, // the window of offsets read: [readFrom, readTo)
+  readTo: null,
   newestOffset: -1, // the newest record read (the next incremental read starts after it)
   logShown: LOG_PAGE,
   moreOnServer: false,
@@ -196,7 +198,18 @@ function addToTimeline(version, ts, operation, adds, drops, fresh) {
     oldest.remove();
   }
   if (fresh) flash(item);
-  setText($('timeline-count'), `${state.timeline.size} version${state.timeline.size === 1 ? '' : 's'}`);
+  renderTimelineCount();
+}
+
+function renderTimelineCount() {
+  const c = counts();
+  const shown = state.timeline.size;
+  setText(
+    $('timeline-count'),
+    shown < c.versions
+      ? `newest ${fmtInt(shown)} of ${fmtInt(c.versions)} versions read`
+      : `${fmtInt(shown)} version${shown === 1 ? '' : 's'}`,
+  );
 }
 
 // ------------------------------------------------------------------ plots
@@ -360,7 +373,9 @@ function drawVersionPlots() {
   plots.bytes.u.setData([xs, pick('bytes')]);
   setText(
     $('plots-note'),
-    versions.length ? `v${versions[0]} … v${versions[versions.length - 1]} · ${fmtInt(versions.length)} versions` : 'no versions yet',
+    versions.length
+      ? `v${versions[0]} … v${versions[versions.length - 1]} · ${fmtInt(versions.length)} versions · ${readNote(counts())}`
+      : 'no versions yet',
   );
 }
 
@@ -368,17 +383,11 @@ const MAX_MINUTES = 720; // the per-minute plots show at most 12 hours
 const MIN_MINUTES = 6; // … and at least 6 minutes
 
 function drawMinutePlot(name, keyOf, order, colors, counted) {
-  const counts = new Map(); // minute (s) -> Map(key -> n)
+  // only the minutes the records read cover whole (records.js): never a part of a minute's count
+  const found = minuteCounts([...state.records.values()], state.readFrom, state.head?.log_start, keyOf, counted);
+  const counts = found.counts; // minute (s) -> Map(key -> n)
   const seen = new Set();
-  for (const rec of state.records.values()) {
-    if (!isNum(rec.timestamp_ms) || !counted(rec)) continue;
-    const minute = Math.floor(rec.timestamp_ms / 60000) * 60;
-    const key = keyOf(rec);
-    seen.add(key);
-    if (!counts.has(minute)) counts.set(minute, new Map());
-    const m = counts.get(minute);
-    m.set(key, (m.get(key) || 0) + 1);
-  }
+  for (const m of counts.values()) for (const key of m.keys()) seen.add(key);
   const keys = [...seen].sort((a, b) => {
     const ia = order.indexOf(a);
     const ib = order.indexOf(b);
@@ -393,7 +402,8 @@ function drawMinutePlot(name, keyOf, order, colors, counted) {
   const minutes = [...counts.keys()];
   const newest = minutes.length ? Math.max(...minutes) : Math.floor(Date.now() / 60000) * 60;
   const oldestSeen = minutes.length ? Math.min(...minutes) : newest;
-  const oldest = Math.max(newest - (MAX_MINUTES - 1) * 60, Math.min(oldestSeen, newest - (MIN_MINUTES - 1) * 60));
+  let oldest = Math.max(newest - (MAX_MINUTES - 1) * 60, Math.min(oldestSeen, newest - (MIN_MINUTES - 1) * 60));
+  if (found.partial && found.from !== null) oldest = Math.max(oldest, found.from); // no zeros for unread minutes
   const xs = [];
   for (let t = oldest; t <= newest; t += 60) xs.push(t);
   keys.forEach((key, i) => {
@@ -403,13 +413,38 @@ function drawMinutePlot(name, keyOf, order, colors, counted) {
   const stacked = keys.map((_, i) => xs.map((_, j) => keys.slice(i).reduce((s, __, k) => s + p.raw[i + k][j], 0)));
   // the legend's value() closures read p.raw: keep it the same array object
   p.u.setData([xs, ...stacked]);
+  return found;
 }
 
 function drawMinutePlots() {
   if (!plotsOn) return;
   const opOrder = Object.keys(OPERATION_COLORS);
   drawMinutePlot('ops', (r) => r.operation || 'UNDECODED', opOrder, OPERATION_COLORS, (r) => r.outcome === 'ACCEPTED');
-  drawMinutePlot('verdicts', (r) => r.outcome || 'UNKNOWN', OUTCOMES, OUTCOME_COLORS, () => true);
+  const found = drawMinutePlot('verdicts', (r) => r.outcome || 'UNKNOWN', OUTCOMES, OUTCOME_COLORS, () => true);
+  setText(
+    $('minutes-note'),
+    found.partial && found.from !== null
+      ? `per minute from ${fmtHourMinute(found.from * 1000)}: earlier minutes were not read whole ("older records" reads more)`
+      : '',
+  );
+}
+
+/** The same basis for every section's count: the records read, out of the log's. */
+function counts() {
+  return sectionCounts(
+    [...state.records.values()],
+    state.readFrom,
+    state.readTo,
+    state.head?.log_start,
+    state.head?.log_end,
+    state.timeline.size,
+    state.logShown,
+  );
+}
+
+function readNote(c) {
+  if (c.complete || !isNum(c.inLog)) return `${fmtInt(c.records)} records read (the whole log)`;
+  return `${fmtInt(c.records)} records read of ${fmtInt(c.inLog)} in the log`;
 }
 
 // ------------------------------------------------------------------ log
@@ -474,7 +509,8 @@ function renderLog() {
   const parts = OUTCOMES.filter((o) => counts[o]).map((o) => `${fmtInt(counts[o])} ${o.toLowerCase()}`);
   setText(
     $('log-counts'),
-    `${fmtInt(shown.length)} of ${fmtInt(matching.length)} shown` + (parts.length ? ` · ${parts.join(', ')}` : ''),
+    `${fmtInt(shown.length)} of ${fmtInt(matching.length)} shown · ${readNote(counts())}` +
+      (parts.length ? ` · ${parts.join(', ')}` : ''),
   );
   $('log-older').hidden = !(matching.length > shown.length || state.moreOnServer);
 }
@@ -504,10 +540,16 @@ function takeRecords(records) {
   return changed;
 }
 
+function takeWindow(body) {
+  if (isNum(body.from)) state.readFrom = state.readFrom === null ? body.from : Math.min(state.readFrom, body.from);
+  if (isNum(body.to)) state.readTo = state.readTo === null ? body.to : Math.max(state.readTo, body.to);
+}
+
 function redrawFromRecords() {
   drawVersionPlots();
   drawMinutePlots();
   renderLog();
+  renderTimelineCount();
 }
 
 async function loadHistory() {
@@ -515,6 +557,7 @@ async function loadHistory() {
   const records = (body.records || []).slice().sort((a, b) => a.offset - b.offset);
   state.moreOnServer = isNum(body.from) && isNum(state.head?.log_start) ? body.from > state.head.log_start : records.length >= HISTORY_LIMIT;
   takeRecords(records);
+  takeWindow(body);
   if (isNum(body.to)) state.newestOffset = Math.max(state.newestOffset, body.to - 1);
   redrawFromRecords();
 }
@@ -535,6 +578,7 @@ async function loadNewerHistory() {
       const body = await api(`${API}/history?from=${from}&limit=1000`);
       const records = body.records || [];
       if (takeRecords(records)) changed = true;
+      takeWindow(body);
       if (isNum(body.to)) state.newestOffset = Math.max(state.newestOffset, body.to - 1);
       if (!records.length || !isNum(body.next_from) || body.next_from <= from) break;
     }
@@ -562,6 +606,7 @@ async function loadOlderHistory() {
     const body = await api(`${API}/history?to=${state.oldestOffset}&limit=${LOG_PAGE * 2}`);
     const records = body.records || [];
     takeRecords(records);
+    takeWindow(body);
     state.moreOnServer = records.length > 0 && isNum(body.from) && body.from > (state.head?.log_start ?? 0);
     state.logShown += LOG_PAGE;
     redrawFromRecords();

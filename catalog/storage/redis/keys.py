@@ -53,15 +53,39 @@ def stream_id(version: int) -> str:
     return f"{version + 1}-0"
 
 
+# Which log the keys belong to (docs/PROTOCOL.md §6, *Which log*): the head and the key frame
+# carry the log id (the topic id Kafka gave the table's topic) they were written from. A script
+# writing for log L first clears the table's head, key frame and stream when either holds
+# another log's (or a value from before the binding): the compare-and-sets below then never keep
+# a re-created table behind the larger offset or version of the table that had its name before.
+# With L = '' (a log without a topic id) nothing is cleared and the field stays empty.
+#   KEYS: head, keyframe, deltas.  L: the log id.
+_BIND_LUA = """
+local function bind(head, keyframe, deltas, log)
+  if log == '' then return end
+  local has_head = redis.call('EXISTS', head) == 1
+  local has_frame = redis.call('EXISTS', keyframe) == 1
+  if (has_head and redis.call('HGET', head, 'log_id') ~= log)
+      or (has_frame and redis.call('HGET', keyframe, 'log_id') ~= log)
+      or (not has_head and not has_frame) then
+    redis.call('DEL', head, keyframe, deltas)
+  end
+end
+"""
+
 # One script for every per-record write, so a commit costs one round trip and the head, the
 # delta and the notification can never disagree.
-#   KEYS: head, deltas
+#   KEYS: head, deltas, keyframe
 #   ARGV[1..8]  head fields in HEAD_FIELDS order (commit_id/timestamp '' = none)
 #   ARGV[9]     '1' to append a delta: ARGV[10] stream id, ARGV[11] version, ARGV[12] prev_version,
 #               ARGV[13] ts, ARGV[14] value
 #   ARGV[15]    event JSON ('' = publish nothing), ARGV[16] table channel, ARGV[17] global channel
+#   ARGV[18]    the log id ('' = none)
 # Returns {head moved (0/1), delta added (0/1)}.
-RECORD_LUA = """
+RECORD_LUA = (
+    _BIND_LUA
+    + """
+bind(KEYS[1], KEYS[3], KEYS[2], ARGV[18])
 local moved = 0
 local added = 0
 local cur = redis.call('HMGET', KEYS[1], 'offset', 'keyframe_version')
@@ -82,7 +106,7 @@ if (not cur[1]) or tonumber(cur[1]) < tonumber(ARGV[1]) then
   if cur[2] and tonumber(cur[2]) > tonumber(kfv) then kfv = cur[2] end
   redis.call('HSET', KEYS[1], 'offset', ARGV[1], 'version', ARGV[2], 'commit_id', ARGV[3],
              'timestamp_ms', ARGV[4], 'live_count', ARGV[5], 'live_bytes', ARGV[6], 'live_rows', ARGV[7],
-             'keyframe_version', kfv)
+             'keyframe_version', kfv, 'log_id', ARGV[18])
   if ARGV[15] ~= '' then
     redis.call('PUBLISH', ARGV[16], ARGV[15])
     redis.call('PUBLISH', ARGV[17], ARGV[15])
@@ -90,12 +114,16 @@ if (not cur[1]) or tonumber(cur[1]) < tonumber(ARGV[1]) then
 end
 return {moved, added}
 """
+)
 
-# KEYS: keyframe, head, deltas. ARGV: version, data, sha256, trim MINID ('' = keep deltas).
-KEYFRAME_LUA = """
+# KEYS: keyframe, head, deltas. ARGV: version, data, sha256, trim MINID ('' = keep deltas), log id.
+KEYFRAME_LUA = (
+    _BIND_LUA
+    + """
+bind(KEYS[2], KEYS[1], KEYS[3], ARGV[5])
 local cur = redis.call('HGET', KEYS[1], 'version')
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'version', ARGV[1], 'sha256', ARGV[3], 'data', ARGV[2])
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'sha256', ARGV[3], 'data', ARGV[2], 'log_id', ARGV[5])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local kfv = redis.call('HGET', KEYS[2], 'keyframe_version')
   if (not kfv) or tonumber(kfv) < tonumber(ARGV[1]) then
@@ -105,6 +133,7 @@ end
 if ARGV[4] ~= '' then redis.call('XTRIM', KEYS[3], 'MINID', ARGV[4]) end
 return 1
 """
+)
 
 
 def _opt(value: object | None) -> str:
@@ -139,4 +168,5 @@ def record_call(
             raise ValueError(f"prev_version {prev_version} must be below version {head.version}")
         args += ["1", stream_id(head.version), head.version, prev_version, _opt(head.timestamp_ms), value]
     args += ["", "", ""] if event is None else [event.to_json(), channel(name), GLOBAL_CHANNEL]
-    return [head_key(name), deltas_key(name)], args
+    args.append(_opt(head.log_id))
+    return [head_key(name), deltas_key(name), keyframe_key(name)], args

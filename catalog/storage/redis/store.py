@@ -71,6 +71,7 @@ def _parse_head(table: TableRef, raw: dict[bytes, bytes]) -> Head | None:
             live_rows=int(raw[b"live_rows"]),
             keyframe_version=int(raw[b"keyframe_version"]),
             offset=int(raw[b"offset"]),
+            log_id=_opt_str(raw.get(b"log_id")),
         )
     except (KeyError, ValueError) as exc:
         # Only the materializer writes heads; a broken one means Redis cannot be trusted for the table.
@@ -430,11 +431,15 @@ class RedisStore:
 
     # ------------------------------------------------------------------ key frames
 
-    def put_keyframe(self, table: TableRef, version: int, ipc: bytes, *, trim: bool = False) -> bool:
+    def put_keyframe(
+        self, table: TableRef, version: int, ipc: bytes, *, trim: bool = False, log_id: str | None = None
+    ) -> bool:
         """Store the key frame at ``version`` if it is newer than the stored one; whether it was.
 
         With ``trim`` the entries it covers are dropped in the same script, so a reader's MULTI
         read (:meth:`load`) never sees the new key frame without its entries or vice versa.
+        ``log_id``: the log the frame was built from; the table's keys holding another log's
+        values are cleared first (``keys._BIND_LUA``).
         """
         digest = keyframe_digest(ipc)
         minid = keys.stream_id(version + 1) if trim else ""
@@ -442,14 +447,17 @@ class RedisStore:
         with self.guarded(f"write key frame {version} of {name}"):
             stored = self.script(keys.KEYFRAME_LUA)(
                 keys=[keys.keyframe_key(name), keys.head_key(name), keys.deltas_key(name)],
-                args=[version, ipc, digest, minid],
+                args=[version, ipc, digest, minid, log_id or ""],
             )
         return bool(stored)
 
-    def keyframe_version(self, table: TableRef) -> int | None:
-        """The version of the key frame Redis holds, without fetching it (None: there is none)."""
+    def keyframe_version(self, table: TableRef, log_id: str | None = None) -> int | None:
+        """The version of the key frame Redis holds, without fetching it (None: there is none, or,
+        with ``log_id``, it is another log's: one ``HMGET`` decides both)."""
         with self.guarded(f"read key frame version of {table}"):
-            raw = self.client.hget(keys.keyframe_key(table), "version")
+            raw, stored_log = self.client.hmget(keys.keyframe_key(table), ["version", "log_id"])
+        if log_id is not None and _opt_str(stored_log) != log_id:
+            return None
         try:
             return None if raw is None else int(raw)
         except ValueError:
@@ -472,15 +480,17 @@ class RedisStore:
         with self.guarded(f"load {name}"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hgetall(keys.head_key(name))
-            pipe.hmget(keys.keyframe_key(name), ["version", "sha256", "data"])
+            pipe.hmget(keys.keyframe_key(name), ["version", "sha256", "data", "log_id"])
             pipe.xrange(keys.deltas_key(name), min="-", max="+")
             raw_head, raw_keyframe, entries = pipe.execute()
         head = _parse_head(name, _pairs(raw_head))
-        frame = _verify_keyframe(name, raw_keyframe)
+        frame = _verify_keyframe(name, raw_keyframe[:3])
         keyframe_version = -1 if frame is None else frame[0]
         parsed = (_parse_entry(_pairs(fields)) for _, fields in entries)
         deltas = [e for e in parsed if e.version > keyframe_version]
-        return CachedTable(head, keyframe_version, None if frame is None else frame[1], deltas)
+        return CachedTable(
+            head, keyframe_version, None if frame is None else frame[1], deltas, _opt_str(raw_keyframe[3])
+        )
 
     # ------------------------------------------------------------------ notifications and registry
 

@@ -23,6 +23,9 @@ class Head:
     live_rows: int
     keyframe_version: int
     offset: int
+    log_id: str | None = None
+    """The log (Kafka topic id) the head was materialized from; None: unbound (a log without a
+    topic id, or a value written before the binding)."""
 
     def __post_init__(self) -> None:
         if self.offset < self.version:
@@ -54,6 +57,8 @@ class VersionEvent:
     dropped: list[str] = field(default_factory=list)
     rows_delta: int = 0
     bytes_delta: int = 0
+    log_id: str | None = None
+    """The log (Kafka topic id) the version is of: a watcher ignores another log's events."""
 
     def to_json(self) -> str:
         # the fields by hand: ``asdict`` deep-copies every value (80 µs of an event's publish)
@@ -69,6 +74,7 @@ class VersionEvent:
                 "dropped": list(self.dropped),
                 "rows_delta": self.rows_delta,
                 "bytes_delta": self.bytes_delta,
+                "log_id": self.log_id,
             },
             separators=(",", ":"),
         )
@@ -89,9 +95,16 @@ class VersionEvent:
                 dropped=[str(s) for s in data.get("dropped", [])],
                 rows_delta=int(data.get("rows_delta", 0)),
                 bytes_delta=int(data.get("bytes_delta", 0)),
+                log_id=_optional_text(data.get("log_id")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a version event: {raw[:200]!r}") from exc
+
+
+def _optional_text(raw: object) -> str | None:
+    if raw is None or isinstance(raw, str):
+        return raw
+    raise TypeError(f"not a text: {raw!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,18 @@ class CachedTable:
     """-1 when Redis holds no key frame (the entries then chain from the empty table)."""
     keyframe: bytes | None
     deltas: list[StreamEntry]
+    keyframe_log_id: str | None = None
+    """The log the key frame was built from (None: unbound, or no key frame)."""
+
+    def belongs_to(self, log_id: str | None) -> bool:
+        """Whether head and key frame are this log's (any value does for an unbound ``log_id``)."""
+        if log_id is None:
+            return True
+        return (
+            self.head is not None
+            and self.head.log_id == log_id
+            and (self.keyframe is None or self.keyframe_log_id == log_id)
+        )
 
     @property
     def complete(self) -> bool:
