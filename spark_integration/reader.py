@@ -274,8 +274,8 @@ def _columns(files: Sequence[ScanFile], schema: StructType) -> list[str]:
     From the schemas the files recorded; a file without one may hold any column of the table.
     """
     found: set[str] = set()
-    for item in files:
-        recorded = schemas.parse_recorded(item.schema)
+    for raw in {item.schema for item in files}:  # files written with one schema: parsed once
+        recorded = schemas.parse_recorded(raw)
         if recorded is None:
             return schema.fieldNames()
         found.update(recorded.fieldNames())

@@ -155,14 +155,14 @@ def _join(path: str, name: str) -> str:
 
 def merged(sources: Sequence[Source], case_sensitive: bool = False) -> StructType:
     """The table schema of ``sources`` (oldest first: their column order is kept, new columns follow)."""
-    result = StructType([])
-    seen: list[Source] = []
-    for source in sources:
+    if not sources:
+        return StructType([])
+    result = sources[0].schema
+    for k, source in enumerate(sources[1:], start=1):
         try:
             result = merge_structs(result, source.schema, "", case_sensitive)
         except _Conflict as conflict:
-            raise _incompatible(conflict, seen, source, case_sensitive) from None
-        seen.append(source)
+            raise _incompatible(conflict, sources[:k], source, case_sensitive) from None
     return result
 
 
@@ -234,10 +234,12 @@ def table_schema(
     by_json: dict[str, int] = {}
     unknown: list[tuple[str, int]] = []
     for uri, version, raw in ordered:
+        if raw is not None and raw in by_json:
+            continue  # files written with one schema: parsed once
         schema = parse_recorded(raw)
         if schema is None:
             unknown.append((uri, version))
-        elif raw not in by_json:
+        else:
             by_json[raw] = len(sources)  # type: ignore[index]
             sources.append(Source(schema, f"{uri} (version {version})"))
     if unknown:

@@ -11,7 +11,8 @@ the constant Spark's analyzer folds it to (TRUE for NULL rows too).
 
 Each predicate answers "might a row of this segment match?" for every segment at once,
 from the typed ``min:`` / ``max:`` / ``nulls:`` / ``nans:`` columns of ``Snapshot.segments``
-(a few Arrow compute calls per leaf). The promise is one-sided: pruning may keep a segment
+(a few Arrow compute calls per leaf), against each literal placed on the column's stats axis
+by ``literals.operand``. The promise is one-sided: pruning may keep a segment
 without a matching row, it never drops one with a matching row. So whatever is unknown,
 unsure or not exactly representable keeps the segment: missing stats, a combination of
 column and literal type whose Spark semantics segcat does not model, a literal that falls
