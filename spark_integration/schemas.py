@@ -247,3 +247,21 @@ def table_schema(
         uri, version = unknown[0]
         sources.append(Source(schema, f"{uri} (version {version}) or another file without a recorded schema"))
     return merged(sources, case_sensitive)
+
+
+def check_append(
+    spark: SparkSession, files: Iterable[tuple[str, int, str | None]], schema: StructType
+) -> None:
+    """``IncompatibleSchema`` when rows of ``schema`` could not be read with the live ``files``
+    (uri, added version, recorded schema JSON): an append refuses before it writes a file,
+    instead of leaving a table no reader can read. Files without a recorded schema are left to
+    the read (their footers are not read here)."""
+    case_sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    sources: dict[str, Source] = {}
+    for uri, version, raw in sorted(files, key=lambda f: (f[1], f[0])):
+        if raw is None or raw in sources:
+            continue
+        recorded = parse_recorded(raw)
+        if recorded is not None:
+            sources[raw] = Source(recorded, f"{uri} (version {version})")
+    merged([*sources.values(), Source(schema, "the DataFrame being appended")], case_sensitive)

@@ -5,7 +5,8 @@ column ``z``), each case one file. Every predicate is answered by segcat (prunin
 row filter) and by Spark's own ``filter`` on the predicate's SQL text over a read of *all*
 live files with the table's schema written out here by hand, in a UTC session and in an
 ``America/Los_Angeles`` one. Tombstones then delete what their predicate means at UTC,
-whatever the reader's session; a type change no reader can widen is a typed error.
+whatever the reader's session; a type change no reader can widen is refused by ``si.write``
+and, in a file another writer registered, a typed error of the read.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import math
 import operator
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import Row, SparkSession
 
@@ -27,6 +30,7 @@ from segcat.catalog.errors import IncompatibleSchema, InvalidArgument
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.read.table import Table
+from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from segcat.producers import TableWriter
 from segcat.spark_integration.reader import as_of_ms, scan_files, spark_path
 from tests.spark_support import spark
@@ -167,11 +171,23 @@ def test_reads_answer_as_spark_over_all_files(
     assert segcat_rows(col("i") > 0) == [r for r in kept if r[1] is not None and r[1] > 0]
 
     # a change no reader widens (TIMESTAMP -> TIMESTAMP_NTZ keeps the stats type, so the log
-    # accepts it) is a typed error naming the column, not Spark's failure at the first action
+    # would accept it): si.write refuses it before writing a file; a file another writer
+    # registers is read as a typed error naming the column, not Spark's failure at an action
     session_zone("UTC")
     changed = spark.createDataFrame([("ntz", dt.datetime(2024, 1, 1))], "case STRING, ts TIMESTAMP_NTZ")
-    si.write(changed, name, config=config)
+    head = table.log_end()
     with pytest.raises(IncompatibleSchema, match="'ts'"):
+        si.write(changed, name, config=config)
+    assert table.log_end() == head  # nothing committed
+    snapshot = table.snapshot()
+    relative = "data/import/ntz.parquet"
+    target = Path(snapshot.resolve(relative).removeprefix("file://"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(changed.toArrow(), target)
+    with TableWriter(config, name) as writer:
+        writer.refresh()
+        writer.append([segment_from_parquet(str(target), segment_id="ntz", relative_path=relative)])
+    with pytest.raises(IncompatibleSchema, match=f"'ts'.*{relative}"):
         si.read(spark, name, config=config)
 
 
