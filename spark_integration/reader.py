@@ -11,6 +11,11 @@ the list); each class is one Parquet scan with one filter, and the classes are u
 Data appended after a delete is untouched by it; data compacted after it no longer holds
 the deleted rows (``compact`` applies tombstones while rewriting, and rule 3b rejects a
 rewrite that raced a delete).
+
+Every scan reads with the table's schema (``schemas``), so files written with an older,
+narrower schema read as the table's and a column only pruned-away files hold still resolves.
+Predicates become Spark filters in ``filters``: a row filter means what it means in the
+caller's session, a tombstone what it means at UTC.
 """
 
 from __future__ import annotations
@@ -118,9 +123,12 @@ def read(
     """The table's rows at ``version`` / ``as_of`` (default: the head).
 
     ``where`` as a ``segcat.catalog.protocol.expressions`` predicate prunes segments by their stats *and*
-    filters rows (both with Spark SQL's semantics, docs/PROTOCOL.md §4a); as a pyspark
-    ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
-    (Spark still skips row groups by their Parquet stats).
+    filters rows (both with Spark SQL's semantics in this session, its time zone included:
+    the rows ``df.filter`` over every live file would return, docs/PROTOCOL.md §4a); as a
+    pyspark ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after
+    reading (Spark still skips row groups by their Parquet stats). ``as_of``: ms since the
+    epoch (a fraction is floored: versions have whole-ms broker times), a datetime or date
+    (naive = UTC) or an ISO-8601 string; anything else is ``InvalidArgument``.
 
     **Version lease.** The read holds a version lease (``catalog.read.lease``) so vacuum keeps
     the version's files. A DataFrame is lazy: its files are read by whatever action runs on it
