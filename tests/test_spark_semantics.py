@@ -149,6 +149,11 @@ def test_reads_answer_as_spark_over_all_files(
     frame = si.read(spark, name, config=config)
     assert frame.schema.simpleString() == spark.createDataFrame([], TABLE).schema.simpleString()
     assert segcat_rows() == canonical(everything.select(*COLUMNS).collect())
+    now_ms = table.snapshot().timestamp_ms + 0.75  # a float time travels (it raised AttributeError)
+    assert (
+        canonical(si.read(spark, name, as_of=now_ms, config=config).select(*COLUMNS).collect())
+        == segcat_rows()
+    )
 
     for zone in ("UTC", "America/Los_Angeles"):
         session_zone(zone)
