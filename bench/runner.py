@@ -53,6 +53,7 @@ BENCH_MODULES = (
     "bench.lifecycle",
     "bench.serve",
     "bench.kafka_topology",
+    "bench.pruning",
 )
 
 

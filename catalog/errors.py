@@ -156,6 +156,14 @@ class PurgeStopped(SegcatError):
     (undropped, or its topic replaced); the message says what, if anything, was deleted."""
 
 
+class IncompatibleSchema(SegcatError, ValueError):
+    """Live files of one table hold a column in types no reader can widen to one type.
+
+    The message names the column, both types and a file (with the version that added it) of
+    each; rewrite or drop one side's files (``REPLACE``) to read the table again.
+    """
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -194,6 +202,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (ColumnTypeConflict, EXIT_INVALID),
     (CommitTooLarge, EXIT_INVALID),
     (InvalidTableName, EXIT_INVALID),
+    (IncompatibleSchema, EXIT_INVALID),
     (ConfigError, EXIT_INVALID),
     (CommitConflict, EXIT_CONFLICT),
     (PurgeStopped, EXIT_CONFLICT),

@@ -11,6 +11,11 @@ the list); each class is one Parquet scan with one filter, and the classes are u
 Data appended after a delete is untouched by it; data compacted after it no longer holds
 the deleted rows (``compact`` applies tombstones while rewriting, and rule 3b rejects a
 rewrite that raced a delete).
+
+Every scan reads with the table's schema (``schemas``), so files written with an older,
+narrower schema read as the table's and a column only pruned-away files hold still resolves.
+Predicates become Spark filters in ``filters``: a row filter means what it means in the
+caller's session, a tombstone what it means at UTC.
 """
 
 from __future__ import annotations
@@ -18,32 +23,32 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import functools
-import json
-import operator
+import math
+import numbers
 import weakref
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidPredicate
-from segcat.catalog.protocol.bloom import micros
-from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
+from segcat.catalog.errors import InvalidArgument, InvalidPredicate
+from segcat.catalog.protocol.expressions import Predicate
 from segcat.catalog.protocol.model import ColumnType, Segment, Tombstone
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import parse_predicate
+from segcat.catalog.protocol.time_semantics import micros
 from segcat.catalog.read.lease import HeldLease, try_hold
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis.leases import MAX_VERSION, default_holder
+from segcat.spark_integration import schemas
+from segcat.spark_integration.filters import balanced, session_semantics, to_column
 
 TableRef = str | TableName | Table
-AsOf = int | dt.datetime | str
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+AsOf = int | float | dt.datetime | dt.date | str
 
 
 @dataclass(frozen=True)
@@ -71,13 +76,39 @@ def open_table(table: TableRef, config: Config | None) -> Table:
 
 
 def as_of_ms(value: AsOf | None) -> int | None:
-    """Milliseconds since the epoch from ms, a datetime (naive = UTC) or an ISO-8601 string."""
-    if value is None or isinstance(value, int):
-        return value
-    moment = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return int(moment.timestamp() * 1000)
+    """Milliseconds since the epoch from ms, a datetime or date (naive = UTC) or an ISO-8601 string.
+
+    Fractional milliseconds are floored: a version's time is the broker's, in whole
+    milliseconds, so "the last record at or before T" is the same for T and its floor (as
+    pyiceberg's and Delta's time travel take any time). Anything else is ``InvalidArgument``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidArgument(f"as_of is a time, not {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise InvalidArgument(f"as_of {value!r} is not a time (milliseconds since the epoch)")
+        return math.floor(value)
+    if isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidArgument(
+                f"as_of {value[:80]!r} is not an ISO-8601 time (e.g. 2024-01-01T12:00:00+00:00)"
+            ) from None
+    elif isinstance(value, dt.datetime):
+        moment = value
+    elif isinstance(value, dt.date):
+        moment = dt.datetime.combine(value, dt.time(), tzinfo=dt.UTC)
+    else:
+        raise InvalidArgument(
+            "as_of is milliseconds since the epoch, a datetime or an ISO-8601 string, "
+            f"not {type(value).__name__}"
+        )
+    return micros(moment) // 1000
 
 
 def read(
@@ -92,9 +123,12 @@ def read(
     """The table's rows at ``version`` / ``as_of`` (default: the head).
 
     ``where`` as a ``segcat.catalog.protocol.expressions`` predicate prunes segments by their stats *and*
-    filters rows (both with Spark SQL's semantics, docs/PROTOCOL.md §4a); as a pyspark
-    ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after reading
-    (Spark still skips row groups by their Parquet stats).
+    filters rows (both with Spark SQL's semantics in this session, its time zone included:
+    the rows ``df.filter`` over every live file would return, docs/PROTOCOL.md §4a); as a
+    pyspark ``Column`` or a Spark SQL string (or ``filter``) it only filters rows after
+    reading (Spark still skips row groups by their Parquet stats). ``as_of``: ms since the
+    epoch (a fraction is floored: versions have whole-ms broker times), a datetime or date
+    (naive = UTC) or an ISO-8601 string; anything else is ``InvalidArgument``.
 
     **Version lease.** The read holds a version lease (``catalog.read.lease``) so vacuum keeps
     the version's files. A DataFrame is lazy: its files are read by whatever action runs on it
@@ -158,21 +192,28 @@ def read_snapshot(
     where: Predicate | Column | str | None = None,
     filter: str | None = None,
 ) -> DataFrame:
-    """``read`` for a snapshot already in hand (a coordinator's, a compaction's)."""
+    """``read`` for a snapshot already in hand (a coordinator's, a compaction's).
+
+    Every scan reads with the table's schema (``schemas``: every live file's, merged with safe
+    widening), whichever files pruning keeps, so a column only pruned-away files hold still
+    resolves (as NULL) and older files with narrower types read as the wider ones. Pruning
+    answers in this session's time zone, knowing which columns are TIMESTAMP_NTZ, as the row
+    filter (``df.filter`` in this session) does.
+    """
     if where is not None and not isinstance(where, Predicate | Column | str):
-        raise TypeError(
+        raise InvalidPredicate(
             f"where= takes a catalog.expressions predicate, a pyspark Column or SQL text, "
             f"not {type(where).__name__}"
         )
     everything = scan_files(snapshot)
+    schema = table_schema(spark, everything.values())
     chosen = list(everything.values())
     if isinstance(where, Predicate):
-        kept = snapshot.prune(where).segment_ids()
+        kept = snapshot.prune(where, session_semantics(spark, schema)).segment_ids()
         chosen = [item for sid, item in everything.items() if sid in kept]
-    frame = scan(spark, chosen, snapshot.tombstones)
+    frame = scan(spark, chosen, snapshot.tombstones, schema=schema)
     if frame is None:
-        schema = common_schema(list(everything.values()))
-        frame = spark.createDataFrame([], schema or StructType([]))
+        frame = spark.createDataFrame([], schema)
         if not frame.columns:
             return frame  # an empty table has no columns to filter on
     if isinstance(where, Predicate):
@@ -201,10 +242,24 @@ def scan_files(snapshot: Snapshot) -> dict[str, ScanFile]:
     return out
 
 
-def scan(spark: SparkSession, files: Sequence[ScanFile], tombstones: Sequence[Tombstone]) -> DataFrame | None:
-    """Rows of ``files`` with every tombstone newer than a file applied to it; None if no files."""
+def table_schema(spark: SparkSession, files: Iterable[ScanFile]) -> StructType:
+    """The schema every scan of ``files`` reads with (``schemas.table_schema``)."""
+    return schemas.table_schema(spark, ((f.uri, f.added_version, f.schema) for f in files), spark_path)
+
+
+def scan(
+    spark: SparkSession,
+    files: Sequence[ScanFile],
+    tombstones: Sequence[Tombstone],
+    schema: StructType | None = None,
+) -> DataFrame | None:
+    """Rows of ``files`` with every tombstone newer than a file applied to it; None if no files.
+
+    ``schema``: what to read with (default: the merged schema of ``files``).
+    """
     if not files:
         return None
+    schema = table_schema(spark, files) if schema is None else schema
     ordered = sorted(tombstones, key=lambda t: t.version)
     versions = [t.version for t in ordered]
     classes: dict[int, list[ScanFile]] = {}
@@ -213,19 +268,38 @@ def scan(spark: SparkSession, files: Sequence[ScanFile], tombstones: Sequence[To
         classes.setdefault(bisect.bisect_right(versions, item.added_version), []).append(item)
     frames = []
     for k in sorted(classes):
-        frame = parquet(spark, classes[k])
-        deleted = deleted_rows([t.predicate for t in ordered[k:]], columns=frame.columns)
+        frame = parquet(spark, classes[k], schema)
+        deleted = deleted_rows(
+            [t.predicate for t in ordered[k:]], columns=_columns(classes[k], schema), schema=schema
+        )
         frames.append(frame if deleted is None else frame.where(~deleted))
     return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
 
-def deleted_rows(predicates: Sequence[str], columns: Collection[str] | None = None) -> Column | None:
+def _columns(files: Sequence[ScanFile], schema: StructType) -> list[str]:
+    """The columns ``files`` hold: a tombstone's column they all lack reads as a NULL literal.
+
+    From the schemas the files recorded; a file without one may hold any column of the table.
+    """
+    found: set[str] = set()
+    for raw in {item.schema for item in files}:  # files written with one schema: parsed once
+        recorded = schemas.parse_recorded(raw)
+        if recorded is None:
+            return schema.fieldNames()
+        found.update(recorded.fieldNames())
+    return [name for name in schema.fieldNames() if name in found]
+
+
+def deleted_rows(
+    predicates: Sequence[str], columns: Collection[str] | None = None, schema: StructType | None = None
+) -> Column | None:
     """TRUE exactly for rows some predicate matches (a NULL match deletes nothing, as in SQL DELETE).
 
     A predicate in the tombstone grammar (every protocol-2 tombstone) is applied through
-    ``to_column``, the very semantics pruning uses; a column it names that the data lacks
-    (``columns``: the scan's columns) reads as NULL, as a column added later reads for
-    older files. Protocol-1 free text that does not parse is handed to Spark as it is.
+    ``to_column`` with the meaning the protocol gives it, whatever the session's time zone
+    (``utc``; the column types come from ``schema``); a column it names that the data lacks
+    (``columns``: the scan's columns) reads as NULL, as a column added later reads for older
+    files. Protocol-1 free text that does not parse is handed to Spark as it is.
     """
     if not predicates:
         return None
@@ -236,33 +310,19 @@ def deleted_rows(predicates: Sequence[str], columns: Collection[str] | None = No
         except InvalidPredicate:
             tests.append(F.expr(f"({text})"))
         else:
-            tests.append(to_column(parsed, columns=columns))
-    matched = functools.reduce(lambda a, b: a | b, tests)
-    return F.coalesce(matched, F.lit(False))
+            tests.append(to_column(parsed, columns=columns, schema=schema, utc=True))
+    return F.coalesce(balanced(tests, "or"), F.lit(False))
 
 
-def common_schema(files: Sequence[ScanFile]) -> StructType | None:
-    """The schema every file was written with, when they all agree and recorded it."""
-    schemas = {f.schema for f in files}
-    if len(schemas) != 1 or None in schemas:
-        return None
-    (raw,) = schemas
-    assert raw is not None
-    parsed = StructType.fromJson(json.loads(raw))
-    return parsed
-
-
-def parquet(spark: SparkSession, files: Sequence[ScanFile]) -> DataFrame:
-    """One scan of exactly ``files``: their recorded schema when shared, else Spark merges footers.
+def parquet(spark: SparkSession, files: Sequence[ScanFile], schema: StructType) -> DataFrame:
+    """One scan of exactly ``files``, read with ``schema`` (the table's).
 
     Spark's own row-group skipping must not drop rows segcat's rules match (docs/PROTOCOL.md §4a):
     Parquet dictionary filtering compares doubles with Java's ``equals`` (-0.0 ≠ 0.0), so it is
     off; footer min/max skip NaN, so statistics and page-index filtering are off for scans of
     files that may hold NaN (segcat's writer leaves float columns without footer stats).
     """
-    schema = common_schema(files)
-    reader = spark.read.schema(schema) if schema is not None else spark.read.option("mergeSchema", "true")
-    reader = reader.option("parquet.filter.dictionary.enabled", "false")
+    reader = spark.read.schema(schema).option("parquet.filter.dictionary.enabled", "false")
     if not all(f.nan_free for f in files):
         reader = reader.option("parquet.filter.stats.enabled", "false")
         reader = reader.option("parquet.filter.columnindex.enabled", "false")
@@ -276,110 +336,6 @@ def spark_path(uri: str) -> str:
     for ch in "\\{}[]*?":
         uri = uri.replace(ch, "\\" + ch)
     return uri
-
-
-def _name(column: str) -> Column:
-    return F.col("`" + column.replace("`", "``") + "`")
-
-
-def to_column(predicate: Predicate, columns: Collection[str] | None = None) -> Column:
-    """The Spark row filter equivalent to a ``segcat.catalog.protocol.expressions`` predicate.
-
-    Literals go to Spark as Spark reads them in SQL text: naive datetimes are UTC, integers
-    beyond BIGINT are decimals, a time with nanoseconds (Spark holds microseconds) becomes
-    the exact comparison on its floor / ceiling. With ``columns`` (the data's columns), a
-    column the data lacks reads as NULL (Spark resolves names case-insensitively).
-    """
-    present = None if columns is None else {c.lower() for c in columns}
-
-    def name(column: str) -> Column:
-        if present is not None and column.lower() not in present:
-            return F.lit(None)
-        return _name(column)
-
-    def build(node: Predicate) -> Column:
-        if isinstance(node, And | Or):
-            parts = [build(part) for part in _chain(node)]
-            return functools.reduce(operator.and_ if isinstance(node, And) else operator.or_, parts)
-        if isinstance(node, Not):
-            return ~build(node.operand)
-        if isinstance(node, IsNull):
-            return name(node.column).isNotNull() if node.negate else name(node.column).isNull()
-        if isinstance(node, IsIn):
-            return _isin(name(node.column), node.values)
-        if isinstance(node, Compare):
-            return _compare(name(node.column), node.op, node.value)
-        try:
-            inverse = node.negated()
-        except NotImplementedError:
-            inverse = None
-        if isinstance(inverse, IsIn):  # NOT IN, made by negating an IsIn
-            return ~build(inverse)
-        raise TypeError(f"cannot turn {type(node).__name__} into a Spark filter")
-
-    return build(predicate)
-
-
-def _chain(node: And | Or) -> list[Predicate]:
-    """The operands of a left-deep chain of the same connective (no recursion on long chains)."""
-    parts: list[Predicate] = []
-    current: Predicate = node
-    while isinstance(current, type(node)):
-        parts.append(current.right)
-        current = current.left
-    parts.append(current)
-    return parts[::-1]
-
-
-def _sub_micro(value: LiteralValue) -> bool:
-    return isinstance(value, dt.datetime) and bool(getattr(value, "nanosecond", 0))
-
-
-def _lit(value: LiteralValue) -> Column:
-    """A Spark literal with the value Spark SQL text would give it (see ``to_column``)."""
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-        return F.lit(Decimal(value))
-    if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-        return F.lit(aware.astimezone(dt.UTC))
-    return F.lit(value)
-
-
-def _compare(left: Column, op: str, value: LiteralValue) -> Column:
-    if _sub_micro(value):
-        # x < t ⇔ x <= floor(t) and x > t ⇔ x >= ceil(t) for microsecond x; never equal
-        assert isinstance(value, dt.datetime)
-        floor = _EPOCH + dt.timedelta(microseconds=micros(value))
-        ceil = floor + dt.timedelta(microseconds=1)
-        never = F.when(left.isNotNull(), F.lit(False))
-        exact = {
-            "<": left <= F.lit(floor),
-            "<=": left <= F.lit(floor),
-            ">": left >= F.lit(ceil),
-            ">=": left >= F.lit(ceil),
-            "==": never,
-            "!=": ~never,
-        }
-        return exact[op]
-    right = _lit(value)
-    ops = {
-        "==": left == right,
-        "!=": left != right,
-        "<": left < right,
-        "<=": left <= right,
-        ">": left > right,
-        ">=": left >= right,
-    }
-    return ops[op]
-
-
-def _isin(left: Column, values: tuple[LiteralValue, ...]) -> Column:
-    kept = [_lit(v) for v in values if not _sub_micro(v)]
-    if len(kept) == len(values):
-        return left.isin(kept)
-    # a nanosecond value equals no microsecond x: NULL for a NULL x, else the rest decides
-    never = F.when(left.isNotNull(), F.lit(False))
-    return left.isin(kept) | never if kept else never
 
 
 def table_ref(table: TableRef) -> TableName:

@@ -43,6 +43,7 @@ from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Table, table_root
 from segcat.producers import TableWriter, WriteIntent
+from segcat.spark_integration import schemas
 from segcat.spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
 
@@ -253,6 +254,11 @@ def stage_write(
     try:
         state = writer.refresh().copy()  # what the job reads: the commit's base, frozen
         base = state.version
+        if mode == "append":  # a replace may drop the files it disagrees with
+            live = state.segments.values()
+            schemas.check_append(
+                spark, ((s.segment.path, s.added_version, s.segment.schema) for s in live), df.schema
+            )
         with _writing_files(writer) as attempt:
             spec = FileSpec(
                 root=state.location or table_root(cfg, name),

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from segcat.catalog.protocol import bloom, rules
 from segcat.catalog.protocol.expressions import col
@@ -116,3 +118,33 @@ def test_prune_ignores_a_filter_with_too_many_hashes() -> None:
     assert verdict.outcome.value == "ACCEPTED"  # protocol 1 takes it; protocol 2 refuses > 64 hashes
     assert Snapshot(state, "/r").prune(col("i") == 5).live_count == 1
     assert Snapshot(state, "/r").prune(col("i") == np.int64(5)).live_count == 1
+
+
+keys_st = st.lists(st.binary(max_size=9), min_size=1, max_size=4)
+filters_st = st.lists(
+    st.tuples(st.one_of(st.none(), st.binary(max_size=24)), st.one_of(st.none(), st.integers(-2, 70))),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(filters=filters_st, keys=keys_st, skip=st.integers(0, 2))
+def test_a_batch_probe_sets_the_same_bits_as_one_filter_at_a_time(
+    filters: list[tuple[bytes | None, int | None]], keys: list[bytes], skip: int
+) -> None:
+    """``FilterBatch`` (numpy over every filter) answers exactly as ``might_contain_key`` per filter,
+    for hostile filters (no bits, no or too many hashes, none at all) and sliced Arrow arrays too."""
+    filters = [(None, None)] * skip + filters
+    bits = pa.array([b for b, _ in filters], pa.binary()).slice(skip)
+    hashes = pa.array([k for _, k in filters], pa.int32()).slice(skip)
+    batch = bloom.FilterBatch(ColumnType.BINARY, bits, hashes)
+    for key in keys:
+        expected = [
+            b is None or k is None or bloom.might_contain_key(BloomFilter("c", k, b), key)
+            for b, k in filters[skip:]
+        ]
+        assert batch.might_contain_key(key).tolist() == expected
+    written = bloom.build("c", ColumnType.BINARY, keys)
+    batch = bloom.FilterBatch(ColumnType.BINARY, pa.array([written.bits]), pa.array([written.num_hashes]))
+    assert all(batch.might_contain(key).tolist() == [True] for key in keys)

@@ -44,11 +44,11 @@ import pyarrow.compute as pc
 
 from segcat.catalog.protocol.column_types import column_type
 from segcat.catalog.protocol.model import BloomFilter, ColumnType
+from segcat.catalog.protocol.time_semantics import micros
 
 MAX_HASHES = 64
 """More hashes than this is a hostile or broken filter: probing it would cost, not help."""
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _QUIET_NAN = struct.pack("<Q", 0x7FF8000000000000)
 _ZERO = struct.pack("<d", 0.0)
@@ -68,13 +68,6 @@ def float_key(value: float) -> bytes:
     if math.isnan(value):
         return _QUIET_NAN
     return struct.pack("<d", value + 0.0)  # -0.0 + 0.0 == +0.0 under round-to-nearest
-
-
-def micros(value: dt.datetime) -> int:
-    """Microseconds since the epoch of a datetime (naive = UTC), exact."""
-    aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    delta = aware - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _nanos(value: dt.datetime) -> int | None:
@@ -200,3 +193,58 @@ def might_contain(bloom: BloomFilter, kind: ColumnType, value: object) -> bool:
     if probes is None:
         return True
     return any(might_contain_key(bloom, key) for key in probes)
+
+
+class FilterBatch:
+    """The Bloom filters of many segments over one ``kind`` column, probed all at once.
+
+    The same bits as ``might_contain_key`` tests one filter at a time, computed with numpy
+    over every filter: ``(h1 + i*h2) mod m`` is ``(h1 mod m + i * (h2 mod m)) mod m``, which
+    stays within 64 bits for any filter a record can hold. A key is hashed once per batch,
+    however many filters there are. A filter that can prove nothing (``usable`` is false)
+    answers True.
+    """
+
+    def __init__(self, kind: ColumnType, bits: pa.Array, num_hashes: pa.Array) -> None:
+        self.kind = kind
+        self.size = len(bits)
+        wide = pc.cast(bits, pa.large_binary())
+        buffers = wide.buffers()
+        offsets = np.frombuffer(buffers[1], dtype=np.int64)[wide.offset : wide.offset + self.size + 1]
+        lengths = np.diff(offsets)
+        hashes = pc.fill_null(num_hashes, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        present = pc.fill_null(pc.is_valid(bits), False).to_numpy(zero_copy_only=False)
+        usable = present & (lengths > 0) & (hashes >= 1) & (hashes <= MAX_HASHES)
+        self._rows = np.flatnonzero(usable)
+        self._start = offsets[:-1][self._rows]
+        self._bits = (lengths[self._rows] * 8).astype(np.uint64)
+        self._hashes = hashes[self._rows]
+        data = buffers[2]
+        self._data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+
+    def might_contain_key(self, key: bytes) -> np.ndarray:
+        """Per filter: False only if the canonical ``key`` is certainly absent from it."""
+        out = np.ones(self.size, dtype=bool)
+        if not len(self._rows):
+            return out
+        h1, h2 = _digest(key)
+        first = np.uint64(h1) % self._bits
+        step = np.uint64(h2) % self._bits
+        found = np.ones(len(self._rows), dtype=bool)
+        for i in range(int(self._hashes.max())):
+            position = (first + np.uint64(i) * step) % self._bits
+            byte = self._data[self._start + (position >> np.uint64(3)).astype(np.int64)]
+            bit = (byte >> (position & np.uint64(7)).astype(np.uint8)) & 1
+            found &= (bit == 1) | (self._hashes <= i)
+        out[self._rows] = found
+        return out
+
+    def might_contain(self, value: object) -> np.ndarray:
+        """Per filter: False only if no stored value equals ``value`` (of the column's type)."""
+        probes = probe_keys(self.kind, value)
+        if probes is None:
+            return np.ones(self.size, dtype=bool)
+        out = np.zeros(self.size, dtype=bool)
+        for key in probes:
+            out |= self.might_contain_key(key)
+        return out

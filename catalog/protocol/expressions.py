@@ -5,29 +5,36 @@ semantics** (docs/PROTOCOL.md §4a). NULL compares as unknown (no match); NaN = 
 is greater than every number, +inf included; -0.0 = 0.0; a literal of another type than
 the column is compared the way Spark's implicit coercion compares it (a BIGINT column with
 a DOUBLE literal as doubles, a DATE column with a TIMESTAMP literal as the date's midnight
-UTC, a DATE / TIMESTAMP column with a string literal as the string cast, …).
+in the session's time zone, a TIMESTAMP column with a string literal as the string cast,
+…), and a BIGINT column compared by ``<``/``<=``/``>``/``>=`` with a number beyond BIGINT is
+the constant Spark's analyzer folds it to (TRUE for NULL rows too).
 
 Each predicate answers "might a row of this segment match?" for every segment at once,
 from the typed ``min:`` / ``max:`` / ``nulls:`` / ``nans:`` columns of ``Snapshot.segments``
-(a few Arrow compute calls per leaf). The promise is one-sided: pruning may keep a segment
+(a few Arrow compute calls per leaf), against each literal placed on the column's stats axis
+by ``literals.operand``. The promise is one-sided: pruning may keep a segment
 without a matching row, it never drops one with a matching row. So whatever is unknown,
 unsure or not exactly representable keeps the segment: missing stats, a combination of
 column and literal type whose Spark semantics segcat does not model, a literal that falls
-between two values of the column's type (compared through its floor and ceiling). NOT is
-pushed into the leaves (``negated``), which is exact under SQL's three-valued logic because
-Spark orders every comparison domain totally (NaN on top). Equality and ``isin`` also
-consult Bloom filters, probed with the literal converted exactly to the column's type.
+between two values of the column's type (compared through its floor and ceiling), a time
+whose meaning depends on a time zone or a column kind the caller did not state (compared
+through every meaning it can have, ``time_semantics``). NOT is pushed into the leaves
+(``negated``), which is exact under SQL's three-valued logic because Spark orders every
+comparison domain totally (NaN on top). Equality and ``isin`` also consult Bloom filters,
+probed with the literal converted exactly to the column's type, for all candidate segments
+at once (``bloom.FilterBatch``).
+
+A predicate is a value: built once, checked once (``InvalidPredicate`` for anything that
+cannot be answered), never truthy (``1 < col("i") < 5`` and ``p and q`` would silently drop
+a test), nested at most ``MAX_DEPTH`` deep (AND / OR chains are flat, so a chain of any
+length costs no depth), so that no operation on it recurses without bound.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import math
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -35,268 +42,43 @@ import pyarrow.compute as pc
 
 from segcat.catalog.errors import InvalidPredicate
 from segcat.catalog.protocol import bloom
-from segcat.catalog.protocol.model import BloomFilter, ColumnType, StatValue
+from segcat.catalog.protocol.literals import (
+    DOUBLE,
+    NOTHING,
+    TIMESTAMP,
+    LiteralValue,
+    Operand,
+    folds_to_true,
+    in_operands,
+    literal,
+    operand,
+    shown,
+    unicode_text,
+)
+from segcat.catalog.protocol.model import ColumnType
+from segcat.catalog.protocol.time_semantics import PROTOCOL, Semantics
 
-LiteralValue = StatValue | Decimal
-"""What a predicate compares a column with (Decimal: an exact SQL decimal literal)."""
+__all__ = ["MAX_DEPTH", "OPS", "And", "Column", "Compare", "IsIn", "IsNull", "LiteralValue", "Not", "Or"]
+__all__ += ["Predicate", "bloom_mask", "col", "literal", "stats_kind", "unicode_text"]
 
 OPS = ("==", "!=", "<", "<=", ">", ">=")
-MAX_DECIMAL_DIGITS = 38
-"""Spark's widest decimal: an integer or Decimal literal with more digits has no Spark literal."""
+MAX_DEPTH = 128
+"""The deepest nesting of AND / OR / NOT a predicate may have (a chain of one connective is one
+level): twice the text parser's limit (``predicates.MAX_DEPTH``, 64 parentheses and NOTs, each
+parenthesis holding at most an OR of ANDs), so every text the parser takes builds; deep enough
+for any predicate a person writes, shallow enough that no walk over one nears Python's stack."""
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_DAY_US = 86_400_000_000
 _NEGATE_OP = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", "<=": ">", ">": "<="}
-_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP_TEXT = re.compile(
-    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})?)?"
-)
-"""String literals whose Spark cast segcat states exactly; any other string keeps every segment."""
-
-_DOUBLE = pa.float64()
-_TIMESTAMP = pa.timestamp("us", tz="UTC")
 _DOMAIN: dict[ColumnType, pa.DataType] = {
     ColumnType.INT: pa.int64(),
-    ColumnType.FLOAT: _DOUBLE,
+    ColumnType.FLOAT: DOUBLE,
     ColumnType.STRING: pa.string(),
     ColumnType.DATE: pa.date32(),
-    ColumnType.TIMESTAMP: _TIMESTAMP,
+    ColumnType.TIMESTAMP: TIMESTAMP,
     ColumnType.BOOLEAN: pa.bool_(),
     ColumnType.BINARY: pa.binary(),
 }
 """The Arrow type of a column's stats in ``Snapshot.segments`` (catalog.segments_arrow)."""
-
-
-# ---------------------------------------------------------------------------- literals
-
-
-def literal(value: object) -> LiteralValue:
-    """``value`` as a canonical predicate literal, or ``InvalidPredicate`` if it cannot be one.
-
-    numpy scalars become Python values, naive datetimes UTC, aware ones UTC; a pandas
-    Timestamp keeps its nanoseconds only when it has some; every NaN is ``math.nan`` (so
-    equal predicates compare equal). ``None`` is refused: ``x == NULL`` is never true in
-    SQL, ``is_null()`` is what is meant.
-    """
-    if value is None:
-        raise InvalidPredicate("comparing with None (NULL) is never true in SQL; use col(...).is_null()")
-    if isinstance(value, np.datetime64):
-        return _from_datetime64(value)
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        if abs(value) >= 10**MAX_DECIMAL_DIGITS:
-            raise InvalidPredicate(f"integer literal {value} has more than {MAX_DECIMAL_DIGITS} digits")
-        return value
-    if isinstance(value, float):
-        return math.nan if math.isnan(value) else value
-    if isinstance(value, Decimal):
-        return _decimal(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, dt.datetime):
-        return _datetime(value)
-    if isinstance(value, dt.date):
-        return value
-    raise InvalidPredicate(f"no SQL literal for a {type(value).__name__} ({value!r:.80})")
-
-
-def _decimal(value: Decimal) -> Decimal:
-    if not value.is_finite():
-        raise InvalidPredicate(f"decimal {value} has no SQL literal (use a float for NaN / infinity)")
-    if value.as_tuple().exponent > 0:  # type: ignore[operator]  # 1E+5: Spark refuses negative scales
-        value = Decimal(int(value))
-    _, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)
-    if max(len(digits), -exponent) > MAX_DECIMAL_DIGITS:
-        raise InvalidPredicate(f"decimal literal {value} has more than {MAX_DECIMAL_DIGITS} digits")
-    return value
-
-
-def _datetime(value: dt.datetime) -> dt.datetime:
-    if value != value:  # pandas NaT
-        raise InvalidPredicate("comparing with NaT (NULL) is never true in SQL; use col(...).is_null()")
-    if hasattr(value, "tz_localize"):  # a pandas Timestamp
-        stamp: Any = value
-        utc = stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-        moment: dt.datetime = utc if utc.nanosecond else utc.to_pydatetime()
-        return moment
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
-def _from_datetime64(value: np.datetime64) -> LiteralValue:
-    """A numpy datetime64 (any unit) as a UTC timestamp literal; a day unit is midnight."""
-    if np.isnat(value):
-        raise InvalidPredicate("comparing with NaT (NULL) is never true in SQL; use col(...).is_null()")
-    unit, _ = np.datetime_data(value.dtype)
-    if unit in ("ps", "fs", "as"):
-        raise InvalidPredicate(f"{value} is finer than nanoseconds")
-    if unit == "ns":
-        nanos = int(value.astype(np.int64))
-        if nanos % 1000:  # a pandas Timestamp (what Arrow gives for nanoseconds)
-            stamp: dt.datetime = pa.scalar(nanos, type=pa.timestamp("ns", tz="UTC")).as_py()
-            return _datetime(stamp)
-        return _EPOCH + dt.timedelta(microseconds=nanos // 1000)
-    moment = value.astype("datetime64[us]").item()
-    if not isinstance(moment, dt.datetime):
-        raise InvalidPredicate(f"{value} lies outside the years 1 to 9999")
-    return moment.replace(tzinfo=dt.UTC)
-
-
-# ---------------------------------------------------------------------------- coercion
-
-
-_NOTHING: Any = object()
-"""``_Operand.stored`` when no single stored value equals the literal exactly."""
-
-
-@dataclass(frozen=True)
-class _Operand:
-    """A literal as Spark compares it with a column: in ``domain``, somewhere in [lo, hi].
-
-    ``lo == hi``: exact. Otherwise the literal falls strictly between two values of the
-    domain (or Spark's rounding is not pinned down) and only the interval is certain;
-    None is unbounded. ``nan``: the literal is NaN (double domain). ``stored``: the one
-    value of the column's own type Spark finds equal to the literal, for Bloom probes.
-    """
-
-    domain: pa.DataType
-    lo: Any
-    hi: Any
-    nan: bool = False
-    stored: Any = _NOTHING
-
-    @property
-    def exact(self) -> bool:
-        return self.lo is not None and self.lo == self.hi
-
-
-def _exact(domain: pa.DataType, value: Any, stored: Any = _NOTHING) -> _Operand:
-    return _Operand(domain, value, value, stored=stored)
-
-
-def _integer_operand(value: int | Decimal) -> _Operand:
-    """An INT column against an integer or decimal literal: Spark compares exactly (as decimals)."""
-    floor, ceil = math.floor(value), math.ceil(value)
-    if floor > _INT64_MAX:
-        return _Operand(pa.int64(), _INT64_MAX, None)
-    if ceil < _INT64_MIN:
-        return _Operand(pa.int64(), None, _INT64_MIN)
-    lo = floor if floor >= _INT64_MIN else None
-    hi = ceil if ceil <= _INT64_MAX else None
-    stored = floor if floor == ceil else _NOTHING
-    return _Operand(pa.int64(), lo, hi, stored=stored)
-
-
-def _double_operand(value: float, kind: ColumnType) -> _Operand:
-    """A double literal (the column compared as double: FLOAT, or INT cast to double)."""
-    if math.isnan(value):
-        return _Operand(_DOUBLE, None, None, nan=True)
-    stored: Any = _NOTHING
-    if kind is ColumnType.FLOAT:
-        stored = value
-    elif value.is_integer() and abs(value) < 2**53:  # no other int64 casts to this double
-        stored = int(value)
-    return _exact(_DOUBLE, value, stored)
-
-
-def _as_double(value: int | Decimal, kind: ColumnType) -> _Operand:
-    """An integer or decimal literal Spark casts to double (a FLOAT column, or an IN list with doubles).
-
-    A BIGINT literal casts exactly as Python's ``float`` does. Otherwise the interval covers
-    every rounding Spark could make: a decimal-to-double cast may round twice (one ulp), and
-    a non-ANSI session compares a FLOAT (float32) column with an integer as float32.
-    """
-    rounded = float(value)
-    if isinstance(value, int) and kind is ColumnType.INT and _INT64_MIN <= value <= _INT64_MAX:
-        return _double_operand(rounded, kind)
-    if isinstance(value, int) and kind is ColumnType.FLOAT:
-        if abs(value) <= 2**24:
-            return _double_operand(rounded, kind)
-        single = np.float32(rounded)
-        with np.errstate(over="ignore"):
-            down = float(np.nextafter(single, np.float32(-np.inf)))
-            up = float(np.nextafter(single, np.float32(np.inf)))
-        low, high = math.nextafter(rounded, -math.inf), math.nextafter(rounded, math.inf)
-        return _Operand(_DOUBLE, min(down, low), max(up, high))
-    if Decimal(rounded) == Decimal(value):
-        return _double_operand(rounded, kind)
-    return _Operand(_DOUBLE, math.nextafter(rounded, -math.inf), math.nextafter(rounded, math.inf))
-
-
-def _time_operand(value: dt.datetime, kind: ColumnType) -> _Operand:
-    """A timestamp literal in microseconds; sub-microsecond literals fall between floor and ceil."""
-    nanosecond = int(getattr(value, "nanosecond", 0))
-    micros = bloom.micros(value)
-    if nanosecond:
-        return _Operand(_TIMESTAMP, micros, micros + 1)
-    stored: Any = _EPOCH + dt.timedelta(microseconds=micros)
-    if kind is ColumnType.DATE:
-        stored = stored.date() if micros % _DAY_US == 0 else _NOTHING
-    return _exact(_TIMESTAMP, micros, stored)
-
-
-def operand(kind: ColumnType, value: LiteralValue) -> _Operand | None:
-    """How Spark compares a ``kind`` column with ``value``; None: segcat does not know (keep)."""
-    if isinstance(value, bool):
-        return _exact(pa.bool_(), value, value) if kind is ColumnType.BOOLEAN else None
-    if kind is ColumnType.INT:
-        if isinstance(value, int | Decimal):
-            return _integer_operand(value)
-        if isinstance(value, float):
-            return _double_operand(value, kind)
-        return None
-    if kind is ColumnType.FLOAT:
-        if isinstance(value, float):
-            return _double_operand(value, kind)
-        if isinstance(value, int | Decimal):
-            return _as_double(value, kind)
-        return None
-    if kind is ColumnType.STRING:
-        return _exact(pa.string(), value, value) if isinstance(value, str) else None
-    if kind is ColumnType.BINARY:
-        return _exact(pa.binary(), value, value) if isinstance(value, bytes) else None
-    if kind is ColumnType.DATE:
-        if isinstance(value, dt.datetime):
-            return _time_operand(value, kind)
-        if isinstance(value, dt.date):
-            return _exact(pa.date32(), value, value)
-        if isinstance(value, str) and _DATE_TEXT.fullmatch(value):
-            try:
-                day = dt.date.fromisoformat(value)
-            except ValueError:
-                return None
-            return _exact(pa.date32(), day, day)
-        return None
-    if kind is ColumnType.TIMESTAMP:
-        if isinstance(value, dt.datetime):
-            return _time_operand(value, kind)
-        if isinstance(value, dt.date):
-            return _time_operand(dt.datetime.combine(value, dt.time(), tzinfo=dt.UTC), kind)
-        if isinstance(value, str) and _TIMESTAMP_TEXT.fullmatch(value):
-            try:
-                moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                return None
-            return _time_operand(_datetime(moment), kind)
-        return None
-    return None
-
-
-def _in_operands(kind: ColumnType, values: tuple[LiteralValue, ...]) -> list[_Operand | None]:
-    """Operands of an IN list: Spark coerces the column and *all* values to one common type."""
-    if not (kind is ColumnType.INT and any(isinstance(v, float) for v in values)):
-        return [operand(kind, v) for v in values]
-    numeric = (int, Decimal)
-    return [
-        _as_double(v, kind) if isinstance(v, numeric) and not isinstance(v, bool) else operand(kind, v)
-        for v in values
-    ]
 
 
 # ---------------------------------------------------------------------------- stats
@@ -364,8 +146,8 @@ def _stats(segments: pa.Table, column: str) -> _Stats | None:
     if kind is not ColumnType.FLOAT:
         return _Stats(kind, lo, hi, has_value, has_value, _false(n))
     # v1 logs may hold NaN bounds: those bounds say nothing
-    lo = pc.if_else(pc.is_nan(lo), pa.scalar(None, _DOUBLE), lo)
-    hi = pc.if_else(pc.is_nan(hi), pa.scalar(None, _DOUBLE), hi)
+    lo = pc.if_else(pc.is_nan(lo), pa.scalar(None, DOUBLE), lo)
+    hi = pc.if_else(pc.is_nan(hi), pa.scalar(None, DOUBLE), hi)
     nans = _array(segments, f"nans:{column}")
     if nans is None:
         return _Stats(kind, lo, hi, has_value, has_value, _true(n))
@@ -374,7 +156,7 @@ def _stats(segments: pa.Table, column: str) -> _Stats | None:
     return _Stats(kind, lo, hi, has_value, has_number, has_nan)
 
 
-def _compare_mask(stats: _Stats, op: str, arg: _Operand) -> pa.Array:
+def _compare_mask(stats: _Stats, op: str, arg: Operand) -> pa.Array:
     """Might a segment hold x with ``x op arg`` true, under Spark's ordering (NaN on top)?"""
     n = len(stats.has_value)
     if arg.nan:  # every number is < NaN; only NaN is == NaN
@@ -418,18 +200,38 @@ def _compare_mask(stats: _Stats, op: str, arg: _Operand) -> pa.Array:
 
 
 class Predicate:
-    """A boolean SQL expression over one row; ``&``, ``|`` and ``~`` combine predicates."""
+    """A boolean SQL expression over one row; ``&``, ``|`` and ``~`` combine predicates.
 
-    def __and__(self, other: Predicate) -> Predicate:
-        return And(self, other)
+    ``semantics`` (every method that compares) is the session the predicate is answered in;
+    the default is the protocol's (UTC, timestamp kinds unknown).
+    """
 
-    def __or__(self, other: Predicate) -> Predicate:
-        return Or(self, other)
+    depth = 0
+    """How deeply AND / OR / NOT nest in it (a leaf: 0); never more than ``MAX_DEPTH``."""
+
+    def __and__(self, other: object) -> Predicate:
+        return And(self, _operand_of("&", other))
+
+    def __or__(self, other: object) -> Predicate:
+        return Or(self, _operand_of("|", other))
+
+    def __rand__(self, other: object) -> Predicate:
+        return And(_operand_of("&", other), self)
+
+    def __ror__(self, other: object) -> Predicate:
+        return Or(_operand_of("|", other), self)
 
     def __invert__(self) -> Predicate:
         return Not(self)
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
+    def __bool__(self) -> NoReturn:
+        raise InvalidPredicate(
+            "the truth value of a predicate is ambiguous: it is true for some rows and false for "
+            "others. Combine predicates with &, | and ~ (not `and`, `or`, `not`), and write "
+            "1 < col('i') < 5 as (col('i') > 1) & (col('i') < 5)"
+        )
+
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
         """A boolean per segment, never null: False = certainly no matching row."""
         raise NotImplementedError
 
@@ -437,17 +239,27 @@ class Predicate:
         """The predicate true exactly where this one is false (SQL NOT, NULL stays NULL)."""
         raise NotImplementedError
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        """False only if the Bloom filter (over a ``kind`` column) proves no row matches."""
-        return True
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        """Per filter of ``batch`` (Bloom filters over ``column``): False only where the filter proves
+        no row matches; None: the filters cannot tell (every segment might match)."""
+        return None
 
     def may_use_bloom(self) -> bool:
-        """Whether ``bloom_might_match`` can ever say False (saves probing)."""
+        """Whether ``bloom_rows`` can ever say False (saves probing)."""
         return False
 
     def columns(self) -> frozenset[str]:
         """The columns the predicate reads."""
         raise NotImplementedError
+
+
+def _operand_of(op: str, other: object) -> Predicate:
+    if isinstance(other, Predicate):
+        return other
+    raise InvalidPredicate(
+        f"{op} combines predicates; {shown(other)} (a {type(other).__name__}) is not one "
+        "(compare a column with a value: col('x') == 1)"
+    )
 
 
 @dataclass(frozen=True)
@@ -461,12 +273,14 @@ class Compare(Predicate):
     def __post_init__(self) -> None:
         _check_column(self.column)
         if self.op not in OPS:
-            raise InvalidPredicate(f"unknown comparison {self.op!r}; one of {', '.join(OPS)}")
+            raise InvalidPredicate(f"unknown comparison {shown(self.op)}; one of {', '.join(OPS)}")
         object.__setattr__(self, "value", literal(self.value))
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
         stats = _stats(segments, self.column)
-        arg = None if stats is None else operand(stats.kind, self.value)
+        if stats is not None and stats.kind is ColumnType.INT and folds_to_true(self.op, self.value):
+            return _true(segments.num_rows)  # Spark: TRUE for every row, NULL included
+        arg = None if stats is None else operand(stats.kind, self.value, semantics, self.column)
         if stats is None or arg is None:
             return _true(segments.num_rows)
         return _compare_mask(stats, self.op, arg)
@@ -474,17 +288,30 @@ class Compare(Predicate):
     def negated(self) -> Predicate:
         return Compare(self.column, _NEGATE_OP[self.op], self.value)
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        if self.op != "==" or flt.column != self.column:
-            return True
-        arg = operand(kind, self.value)
-        return arg is None or arg.stored is _NOTHING or bloom.might_contain(flt, kind, arg.stored)
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        if self.op != "==" or column != self.column:
+            return None
+        arg = operand(batch.kind, self.value, semantics, column)
+        if arg is None or arg.stored is NOTHING:
+            return None
+        return batch.might_contain(arg.stored)
 
     def may_use_bloom(self) -> bool:
         return self.op == "=="
 
     def columns(self) -> frozenset[str]:
         return frozenset((self.column,))
+
+
+def _values(values: object, column: str) -> tuple[LiteralValue, ...]:
+    """An IN list's values, each a literal; a bare string is refused (``isin("abc")`` is not
+    ``IN ('a', 'b', 'c')``), and so is anything that is not a collection of values."""
+    if isinstance(values, str | bytes | bytearray | memoryview | Mapping) or not isinstance(values, Iterable):
+        raise InvalidPredicate(
+            f"isin on {column!r} takes a list of values, not a {type(values).__name__} "
+            f"({shown(values)}); write isin([value]) for one value"
+        )
+    return tuple(literal(v) for v in values)
 
 
 @dataclass(frozen=True)
@@ -496,14 +323,14 @@ class IsIn(Predicate):
 
     def __post_init__(self) -> None:
         _check_column(self.column)
-        object.__setattr__(self, "values", tuple(literal(v) for v in self.values))
+        object.__setattr__(self, "values", _values(self.values, self.column))
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
         stats = _stats(segments, self.column)
         if stats is None:
             return _true(segments.num_rows)
         result = _false(segments.num_rows)
-        for arg in _in_operands(stats.kind, self.values):
+        for arg in in_operands(stats.kind, self.values, semantics, self.column):
             if arg is None:
                 return _true(segments.num_rows)
             result = pc.or_(result, _compare_mask(stats, "==", arg))
@@ -512,13 +339,15 @@ class IsIn(Predicate):
     def negated(self) -> Predicate:
         return _NotIn(self.column, self.values)
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        if flt.column != self.column:
-            return True
-        for arg in _in_operands(kind, self.values):
-            if arg is None or arg.stored is _NOTHING or bloom.might_contain(flt, kind, arg.stored):
-                return True
-        return False
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        if column != self.column:
+            return None
+        out = np.zeros(batch.size, dtype=bool)
+        for arg in in_operands(batch.kind, self.values, semantics, column):
+            if arg is None or arg.stored is NOTHING:
+                return None
+            out |= batch.might_contain(arg.stored)
+        return out
 
     def may_use_bloom(self) -> bool:
         return True
@@ -534,12 +363,12 @@ class _NotIn(Predicate):
     column: str
     values: tuple[LiteralValue, ...]
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
         result = _true(segments.num_rows)
         stats = _stats(segments, self.column)
         if stats is None:
             return result
-        for arg in _in_operands(stats.kind, self.values):
+        for arg in in_operands(stats.kind, self.values, semantics, self.column):
             if arg is None:  # one value segcat cannot place changes the list's common type: keep
                 return _true(segments.num_rows)
             result = pc.and_(result, _compare_mask(stats, "!=", arg))
@@ -562,8 +391,10 @@ class IsNull(Predicate):
 
     def __post_init__(self) -> None:
         _check_column(self.column)
+        if not isinstance(self.negate, bool):
+            raise InvalidPredicate(f"IsNull.negate is True or False, not {shown(self.negate)}")
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
         nulls, rows = _array(segments, f"nulls:{self.column}"), _array(segments, "row_count")
         if nulls is None or rows is None:
             return _true(segments.num_rows)
@@ -578,72 +409,96 @@ class IsNull(Predicate):
         return frozenset((self.column,))
 
 
-def _flatten(predicate: Predicate, kind: type[And] | type[Or]) -> Iterator[Predicate]:
-    """The operands of a chain of ``kind`` nodes, left to right, without recursion."""
-    stack = [predicate]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, kind):
-            stack.extend((node.right, node.left))
+def _nest(node: Predicate, parts: Iterable[Predicate]) -> None:
+    """Record ``node``'s depth, refusing one beyond ``MAX_DEPTH`` (every walk over a predicate
+    recurses once per level, so a bound on depth is a bound on the stack)."""
+    depth = 1 + max(part.depth for part in parts)
+    if depth > MAX_DEPTH:
+        raise InvalidPredicate(f"predicate nests AND / OR / NOT deeper than {MAX_DEPTH} levels")
+    object.__setattr__(node, "depth", depth)
+
+
+def _chain(kind: type[And] | type[Or], parts: tuple[object, ...]) -> tuple[Predicate, ...]:
+    """The operands of a connective, each a predicate, nested chains of the same one spliced in
+    (``a & (b & c)`` is ``a & b & c``: the same SQL, and no depth for a long chain)."""
+    out: list[Predicate] = []
+    for part in parts:
+        if isinstance(part, kind):
+            out.extend(part.parts)
         else:
-            yield node
+            out.append(_operand_of("AND" if kind is And else "OR", part))
+    if len(out) < 2:
+        raise InvalidPredicate(f"{kind.__name__} takes at least two predicates, got {len(out)}")
+    return tuple(out)
 
 
-def _balanced(kind: type[And] | type[Or], parts: list[Predicate]) -> Predicate:
-    if len(parts) == 1:
-        return parts[0]
-    middle = len(parts) // 2
-    return kind(_balanced(kind, parts[:middle]), _balanced(kind, parts[middle:]))
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class And(Predicate):
-    left: Predicate
-    right: Predicate
+    """``parts[0] AND parts[1] AND …``: true where every part is (SQL's three-valued AND)."""
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
-        masks = (part.might_match(segments) for part in _flatten(self, And))
-        result = next(masks)
-        for mask in masks:
-            result = pc.and_(result, mask)
+    parts: tuple[Predicate, ...]
+
+    def __init__(self, *parts: Predicate) -> None:
+        object.__setattr__(self, "parts", _chain(And, parts))
+        _nest(self, self.parts)
+
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
+        result = self.parts[0].might_match(segments, semantics)
+        for part in self.parts[1:]:
+            result = pc.and_(result, part.might_match(segments, semantics))
         return result
 
     def negated(self) -> Predicate:
-        return _balanced(Or, [part.negated() for part in _flatten(self, And)])
+        return Or(*[part.negated() for part in self.parts])
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        return all(part.bloom_might_match(flt, kind) for part in _flatten(self, And))
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        out: np.ndarray | None = None
+        for part in self.parts:
+            rows = part.bloom_rows(batch, column, semantics)
+            if rows is not None:
+                out = rows if out is None else out & rows
+        return out
 
     def may_use_bloom(self) -> bool:
-        return any(part.may_use_bloom() for part in _flatten(self, And))
+        return any(part.may_use_bloom() for part in self.parts)
 
     def columns(self) -> frozenset[str]:
-        return frozenset().union(*(part.columns() for part in _flatten(self, And)))
+        return frozenset().union(*(part.columns() for part in self.parts))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Or(Predicate):
-    left: Predicate
-    right: Predicate
+    """``parts[0] OR parts[1] OR …``: true where some part is (SQL's three-valued OR)."""
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
-        masks = (part.might_match(segments) for part in _flatten(self, Or))
-        result = next(masks)
-        for mask in masks:
-            result = pc.or_(result, mask)
+    parts: tuple[Predicate, ...]
+
+    def __init__(self, *parts: Predicate) -> None:
+        object.__setattr__(self, "parts", _chain(Or, parts))
+        _nest(self, self.parts)
+
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
+        result = self.parts[0].might_match(segments, semantics)
+        for part in self.parts[1:]:
+            result = pc.or_(result, part.might_match(segments, semantics))
         return result
 
     def negated(self) -> Predicate:
-        return _balanced(And, [part.negated() for part in _flatten(self, Or)])
+        return And(*[part.negated() for part in self.parts])
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        return any(part.bloom_might_match(flt, kind) for part in _flatten(self, Or))
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        out = np.zeros(batch.size, dtype=bool)
+        for part in self.parts:
+            rows = part.bloom_rows(batch, column, semantics)
+            if rows is None:
+                return None
+            out |= rows
+        return out
 
     def may_use_bloom(self) -> bool:
-        return all(part.may_use_bloom() for part in _flatten(self, Or))
+        return all(part.may_use_bloom() for part in self.parts)
 
     def columns(self) -> frozenset[str]:
-        return frozenset().union(*(part.columns() for part in _flatten(self, Or)))
+        return frozenset().union(*(part.columns() for part in self.parts))
 
 
 @dataclass(frozen=True)
@@ -652,14 +507,20 @@ class Not(Predicate):
 
     operand: Predicate
 
-    def might_match(self, segments: pa.Table) -> pa.Array:
-        return self.operand.negated().might_match(segments)
+    def __post_init__(self) -> None:
+        _nest(self, (_operand_of("NOT", self.operand),))
+
+    def __invert__(self) -> Predicate:
+        return self.operand  # NOT NOT p is p, NULL included
+
+    def might_match(self, segments: pa.Table, semantics: Semantics = PROTOCOL) -> pa.Array:
+        return self.operand.negated().might_match(segments, semantics)
 
     def negated(self) -> Predicate:
         return self.operand
 
-    def bloom_might_match(self, flt: BloomFilter, kind: ColumnType) -> bool:
-        return self.operand.negated().bloom_might_match(flt, kind)
+    def bloom_rows(self, batch: bloom.FilterBatch, column: str, semantics: Semantics) -> np.ndarray | None:
+        return self.operand.negated().bloom_rows(batch, column, semantics)
 
     def may_use_bloom(self) -> bool:
         return self.operand.negated().may_use_bloom()
@@ -670,7 +531,8 @@ class Not(Predicate):
 
 def _check_column(name: object) -> None:
     if not isinstance(name, str) or not name:
-        raise InvalidPredicate(f"a column name is non-empty text, not {name!r}")
+        raise InvalidPredicate(f"a column name is non-empty text, not {shown(name)}")
+    unicode_text(name, "a column name")
 
 
 # ---------------------------------------------------------------------------- building
@@ -707,8 +569,12 @@ class Column:
     def __ge__(self, value: object) -> Predicate:
         return self._compare(">=", value)
 
+    def __bool__(self) -> NoReturn:
+        raise InvalidPredicate(f"col({self.name!r}) is a column, not a condition: compare it with a value")
+
     def isin(self, values: Iterable[object]) -> Predicate:
-        return IsIn(self.name, tuple(values))  # type: ignore[arg-type]  # literal() checks them
+        """``column IN (values)``: ``values`` is a list (any collection) of literals, never a bare string."""
+        return IsIn(self.name, values)  # type: ignore[arg-type]  # _values() checks them
 
     def is_null(self) -> Predicate:
         return IsNull(self.name)
@@ -723,17 +589,43 @@ def col(name: str) -> Column:
     return Column(name)
 
 
-def bloom_excludes(predicate: Predicate, flt: BloomFilter, segments: pa.Table, row: int) -> bool:
-    """Whether segment ``row``'s Bloom filter proves it holds no row matching ``predicate``.
+def bloom_mask(
+    predicate: Predicate, segments: pa.Table, candidates: np.ndarray, semantics: Semantics = PROTOCOL
+) -> np.ndarray:
+    """``candidates`` (a boolean per segment) without the segments whose Bloom filter proves they
+    hold no row matching ``predicate``; every filter over one column is probed in one batch.
 
-    The filter is only read when the segment's stats for its column are of the table's type
-    (the wide ``nulls:`` column is set): the column type decides how literals are hashed,
-    and a segment whose column had another type (a protocol-1 log) was hashed otherwise.
+    A filter is only read when the segment's stats for its column are of the table's type (the
+    wide ``nulls:`` column is set): the column type decides how literals are hashed, and a
+    segment whose column had another type (a protocol-1 log) was hashed otherwise.
     """
-    if not bloom.usable(flt):
-        return False
-    kind = stats_kind(segments, flt.column)
-    nulls = f"nulls:{flt.column}"
-    if kind is None or nulls not in segments.column_names or not segments.column(nulls)[row].is_valid:
-        return False
-    return not predicate.bloom_might_match(flt, kind)
+    names = segments.column_names
+    if not predicate.may_use_bloom() or "bloom_bits" not in names or "bloom_column" not in names:
+        return candidates
+    out = candidates.copy()
+    bloom_columns = segments.column("bloom_column")
+    for column in sorted(predicate.columns()):
+        kind = stats_kind(segments, column)
+        nulls = f"nulls:{column}"
+        if kind is None or nulls not in names:
+            continue
+        here = pc.and_(
+            pc.fill_null(pc.equal(bloom_columns, pa.scalar(column, pa.string())), False),
+            pc.is_valid(segments.column(nulls)),
+        )
+        rows = np.flatnonzero(out & _numpy(here))
+        if not len(rows):
+            continue
+        picked = segments.select(["bloom_bits", "bloom_hashes"]).take(pa.array(rows))
+        batch = bloom.FilterBatch(
+            kind, picked.column("bloom_bits").combine_chunks(), picked.column("bloom_hashes").combine_chunks()
+        )
+        found = predicate.bloom_rows(batch, column, semantics)
+        if found is not None:
+            out[rows] = found
+    return out
+
+
+def _numpy(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    filled = pc.fill_null(mask, False)
+    return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=bool)

@@ -159,17 +159,17 @@ class _Parser:
 
     def or_(self) -> Predicate:
         self.nested()
-        result = self.and_()
+        parts = [self.and_()]
         while self.keyword("OR"):
-            result = Or(result, self.and_())
+            parts.append(self.and_())
         self.depth -= 1
-        return result
+        return parts[0] if len(parts) == 1 else Or(*parts)
 
     def and_(self) -> Predicate:
-        result = self.not_()
+        parts = [self.not_()]
         while self.keyword("AND"):
-            result = And(result, self.not_())
-        return result
+            parts.append(self.not_())
+        return parts[0] if len(parts) == 1 else And(*parts)
 
     def not_(self) -> Predicate:
         if self.keyword("NOT"):
@@ -342,17 +342,9 @@ def parse_predicate(text: str, *, lenient: bool = False) -> Predicate:
 def to_sql(predicate: Predicate) -> str:
     """``predicate`` in the grammar above (fully parenthesised, so precedence never matters)."""
     if isinstance(predicate, And | Or):
-        # a left-deep chain is written flat, "(a AND b AND c)", which parses back to the same
-        # left-deep tree without nesting (long chains stay within MAX_DEPTH)
-        kind = type(predicate)
-        parts: list[Predicate] = []
-        node: Predicate = predicate
-        while isinstance(node, kind):
-            parts.append(node.right)
-            node = node.left
-        parts.append(node)
-        word = " AND " if kind is And else " OR "
-        return "(" + word.join(to_sql(part) for part in reversed(parts)) + ")"
+        # a chain is written flat, "(a AND b AND c)", and parses back to the same chain
+        word = " AND " if isinstance(predicate, And) else " OR "
+        return "(" + word.join(to_sql(part) for part in predicate.parts) + ")"
     if isinstance(predicate, Not):
         return f"(NOT {to_sql(predicate.operand)})"
     if isinstance(predicate, IsNull):

@@ -14,14 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from segcat.catalog.errors import UnsafeLocation
 from segcat.catalog.protocol import lifecycle, locations
-from segcat.catalog.protocol.expressions import Predicate, bloom_excludes
-from segcat.catalog.protocol.model import BloomFilter, Protocol, Segment, Tombstone
+from segcat.catalog.protocol.expressions import Predicate, bloom_mask
+from segcat.catalog.protocol.model import Protocol, Segment, Tombstone
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, LOCATION_PROPERTY, TableState
+from segcat.catalog.protocol.time_semantics import PROTOCOL, Semantics
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 
@@ -246,36 +248,23 @@ class Snapshot:
             raise UnsafeLocation(f"{self.table} version {self.version}: {problem}")
         return path
 
-    def prune(self, predicate: Predicate) -> Snapshot:
+    def prune(self, predicate: Predicate, semantics: Semantics = PROTOCOL) -> Snapshot:
         """The same version with only the segments that might hold rows matching ``predicate``.
 
         Never drops a segment holding a matching row under Spark SQL's comparison semantics
-        (docs/PROTOCOL.md §4a); it may keep segments without one. Min/max/null/NaN-count
-        skipping is one vectorised pass over ``segments``; equality and ``isin`` then probe
-        the Bloom filters of the surviving candidates only. A predicate that cannot be
+        (docs/PROTOCOL.md §4a) in the session ``semantics`` describes (default: the protocol's,
+        UTC); it may keep segments without one. Min/max/null/NaN-count skipping is one
+        vectorised pass over ``segments``; equality and ``isin`` then probe the Bloom filters
+        of the surviving candidates, one batch per filtered column. A predicate that cannot be
         answered was refused when it was built (``InvalidPredicate``).
         """
         table = self.segments
         if table.num_rows == 0:
             return self
-        mask = pc.fill_null(predicate.might_match(table), True)
-        if predicate.may_use_bloom():
-            rows = pc.indices_nonzero(pc.and_(mask, pc.is_valid(table.column("bloom_bits")))).to_pylist()
-            if rows:
-                picked = table.take(rows)
-                columns, hashes, bits = (
-                    picked.column(c).to_pylist() for c in ("bloom_column", "bloom_hashes", "bloom_bits")
-                )
-                keep = mask.to_pylist()
-                for row, column, num_hashes, data in zip(rows, columns, hashes, bits, strict=True):
-                    if bloom_excludes(predicate, BloomFilter(column, num_hashes, data), table, row):
-                        keep[row] = False
-                mask = pa.array(keep, type=pa.bool_())
-        kept_ids = frozenset(table.filter(mask).column("segment_id").to_pylist())
-        rows = self._view.rows
-        rows = rows.filter(
-            pc.is_in(rows.column("segment_id"), value_set=pa.array(sorted(kept_ids), pa.string()))
-        )
+        mask = pc.fill_null(predicate.might_match(table, semantics), True)
+        keep = np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+        keep = bloom_mask(predicate, table, keep, semantics)
+        rows = self._view.rows.filter(pa.array(keep, type=pa.bool_()))  # ``segments`` is these rows
         view = replace(
             self._view,
             rows=rows,

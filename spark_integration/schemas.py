@@ -1,0 +1,267 @@
+"""The schema a table is read with: every live file's schema, merged with safe widening.
+
+A table's files may have been written with different schemas: a column added later (older
+files lack it), or a type widened (``id int`` then ``id long``). Spark's own ``mergeSchema``
+refuses the second and, reading only the files that survive pruning, would not know a column
+only pruned-away files hold. So ``si.read`` reads every scan with *the table's* schema, built
+here from all live files, as Delta's type widening and Iceberg's promotion rules allow:
+
+- byte → short → int → long; byte, short, int → double; float → double;
+- int types → a decimal with room for their digits; decimal(p, s) → decimal(p', s') with
+  s' ≥ s and p' − s' ≥ p − s (at most 38 digits);
+- date → timestamp_ntz;
+- structs field by field (a field some file lacks reads as NULL), arrays and maps by
+  element, key and value; a column missing from a file reads as NULL.
+
+Spark 4's Parquet reader reads an older file's narrower column as the wider type. Any other
+change (long → int is not one: the wider of the two is taken, whichever file came first;
+long → double, timestamp ↔ timestamp_ntz, string ↔ int, …) is ``IncompatibleSchema`` naming
+the column, both types and a file of each. A file's schema is the one its segment recorded
+(``si.write`` records it); files without one (written by other writers) have theirs read
+from their footers by Spark, in one pass over all of them (split in halves only where Spark
+cannot merge them itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+)
+
+from segcat.catalog.errors import IncompatibleSchema
+
+MAX_DECIMAL_PRECISION = 38
+_INTEGRAL_RANK: dict[type[DataType], int] = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
+_INTEGRAL_DIGITS: dict[type[DataType], int] = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 20}
+_TO_DOUBLE = (ByteType, ShortType, IntegerType, FloatType)
+"""What Spark 4's Parquet reader reads as a double without losing a digit (not long)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Files that share one schema, for naming them in an error."""
+
+    schema: StructType
+    first: str
+    """One of the files, as ``path (version N)``."""
+
+
+class _Conflict(Exception):
+    def __init__(self, path: str, left: DataType, right: DataType) -> None:
+        self.path = path
+        self.left = left
+        self.right = right
+
+
+def widen(left: DataType, right: DataType, path: str = "", case_sensitive: bool = False) -> DataType:
+    """The narrowest type both ``left`` and ``right`` read as; ``_Conflict`` at ``path`` if none."""
+    if left == right:
+        return left
+    if isinstance(left, NullType):
+        return right
+    if isinstance(right, NullType):
+        return left
+    kinds = (type(left), type(right))
+    if all(kind in _INTEGRAL_RANK for kind in kinds):
+        return left if _INTEGRAL_RANK[type(left)] >= _INTEGRAL_RANK[type(right)] else right
+    if DoubleType in kinds and all(kind in (*_TO_DOUBLE, DoubleType) for kind in kinds):
+        return DoubleType()
+    if FloatType in kinds and all(kind in (FloatType, ByteType, ShortType, IntegerType) for kind in kinds):
+        return DoubleType()
+    if set(kinds) == {DateType, TimestampNTZType}:
+        return TimestampNTZType()
+    decimal = _widen_decimal(left, right)
+    if decimal is not None:
+        return decimal
+    if isinstance(left, StructType) and isinstance(right, StructType):
+        return merge_structs(left, right, path, case_sensitive)
+    if isinstance(left, ArrayType) and isinstance(right, ArrayType):
+        element = widen(left.elementType, right.elementType, f"{path}[]", case_sensitive)
+        return ArrayType(element, left.containsNull or right.containsNull)
+    if isinstance(left, MapType) and isinstance(right, MapType):
+        key = widen(left.keyType, right.keyType, f"{path}.key", case_sensitive)
+        value = widen(left.valueType, right.valueType, f"{path}.value", case_sensitive)
+        return MapType(key, value, left.valueContainsNull or right.valueContainsNull)
+    raise _Conflict(path, left, right)
+
+
+def _as_decimal(kind: DataType) -> DecimalType | None:
+    if isinstance(kind, DecimalType):
+        return kind
+    digits = _INTEGRAL_DIGITS.get(type(kind))
+    return None if digits is None else DecimalType(digits, 0)
+
+
+def _widen_decimal(left: DataType, right: DataType) -> DecimalType | None:
+    if not (isinstance(left, DecimalType) or isinstance(right, DecimalType)):
+        return None
+    a, b = _as_decimal(left), _as_decimal(right)
+    if a is None or b is None:
+        return None
+    scale = max(a.scale, b.scale)
+    whole = max(a.precision - a.scale, b.precision - b.scale)
+    if whole + scale > MAX_DECIMAL_PRECISION:
+        return None
+    return DecimalType(whole + scale, scale)
+
+
+def merge_structs(
+    left: StructType, right: StructType, path: str = "", case_sensitive: bool = False
+) -> StructType:
+    """``left``'s fields widened by ``right``'s, then ``right``'s new fields; a field one side
+    lacks is nullable (files without it read NULL). Names match as Spark resolves them."""
+
+    def key(name: str) -> str:
+        return name if case_sensitive else name.lower()
+
+    theirs = {key(f.name): f for f in right.fields}
+    mine = {key(f.name) for f in left.fields}
+    fields = []
+    for field in left.fields:
+        other = theirs.get(key(field.name))
+        if other is None:
+            fields.append(StructField(field.name, field.dataType, True, field.metadata))
+            continue
+        kind = widen(field.dataType, other.dataType, _join(path, field.name), case_sensitive)
+        fields.append(StructField(field.name, kind, field.nullable or other.nullable, field.metadata))
+    for field in right.fields:
+        if key(field.name) not in mine:
+            fields.append(StructField(field.name, field.dataType, True, field.metadata))
+    return StructType(fields)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def merged(sources: Sequence[Source], case_sensitive: bool = False) -> StructType:
+    """The table schema of ``sources`` (oldest first: their column order is kept, new columns follow)."""
+    if not sources:
+        return StructType([])
+    result = sources[0].schema
+    for k, source in enumerate(sources[1:], start=1):
+        try:
+            result = merge_structs(result, source.schema, "", case_sensitive)
+        except _Conflict as conflict:
+            raise _incompatible(conflict, sources[:k], source, case_sensitive) from None
+    return result
+
+
+def _incompatible(
+    conflict: _Conflict, seen: Sequence[Source], source: Source, case_sensitive: bool
+) -> IncompatibleSchema:
+    """Name a file holding the column's other type: the first earlier source that alone conflicts."""
+    other = next(
+        (s for s in seen if _conflicts(s.schema, source.schema, case_sensitive)),
+        seen[0] if seen else source,
+    )
+    return IncompatibleSchema(
+        f"column {conflict.path!r} is {conflict.left.simpleString()} in {other.first} and "
+        f"{conflict.right.simpleString()} in {source.first}; no reader widens one to the other "
+        '(docs/PROTOCOL.md §4a, "Schemas"): rewrite or drop one side\'s files to read the table'
+    )
+
+
+def _conflicts(left: StructType, right: StructType, case_sensitive: bool) -> bool:
+    try:
+        merge_structs(left, right, "", case_sensitive)
+    except _Conflict:
+        return True
+    return False
+
+
+def parse_recorded(raw: str | None) -> StructType | None:
+    """A segment's recorded schema (Spark's JSON), None when it has none or it is not a Spark schema."""
+    if raw is None:
+        return None
+    try:
+        parsed = StructType.fromJson(json.loads(raw))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return parsed if isinstance(parsed, StructType) else None
+
+
+def infer(spark: SparkSession, paths: Sequence[str], case_sensitive: bool = False) -> StructType:
+    """The merged footer schema of ``paths`` (Spark's paths), read by Spark.
+
+    One ``mergeSchema`` pass when Spark can merge them all itself; where it cannot (``int``
+    in one file, ``long`` in another), the files are split in halves and the halves merged
+    here, so the cost grows with the number of disagreements, not of files. A single file
+    Spark cannot read raises what Spark raised.
+    """
+    try:
+        return spark.read.option("mergeSchema", "true").parquet(*paths).schema
+    except Exception:
+        if len(paths) == 1:
+            raise
+    middle = len(paths) // 2
+    left, right = infer(spark, paths[:middle], case_sensitive), infer(spark, paths[middle:], case_sensitive)
+    try:
+        return merge_structs(left, right, "", case_sensitive)
+    except _Conflict as conflict:
+        seen = [Source(left, f"one of {paths[0]} …")]
+        raise _incompatible(conflict, seen, Source(right, f"one of {paths[-1]} …"), case_sensitive) from None
+
+
+def table_schema(
+    spark: SparkSession,
+    files: Iterable[tuple[str, int, str | None]],
+    spark_path: Callable[[str], str],
+) -> StructType:
+    """The schema to read a table's ``files`` (uri, added version, recorded schema JSON) with."""
+    case_sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    ordered = sorted(files, key=lambda f: (f[1], f[0]))
+    sources: list[Source] = []
+    by_json: dict[str, int] = {}
+    unknown: list[tuple[str, int]] = []
+    for uri, version, raw in ordered:
+        if raw is not None and raw in by_json:
+            continue  # files written with one schema: parsed once
+        schema = parse_recorded(raw)
+        if schema is None:
+            unknown.append((uri, version))
+        else:
+            by_json[raw] = len(sources)  # type: ignore[index]
+            sources.append(Source(schema, f"{uri} (version {version})"))
+    if unknown:
+        schema = infer(spark, [spark_path(uri) for uri, _ in unknown], case_sensitive)
+        uri, version = unknown[0]
+        sources.append(Source(schema, f"{uri} (version {version}) or another file without a recorded schema"))
+    return merged(sources, case_sensitive)
+
+
+def check_append(
+    spark: SparkSession, files: Iterable[tuple[str, int, str | None]], schema: StructType
+) -> None:
+    """``IncompatibleSchema`` when rows of ``schema`` could not be read with the live ``files``
+    (uri, added version, recorded schema JSON): an append refuses before it writes a file,
+    instead of leaving a table no reader can read. Files without a recorded schema are left to
+    the read (their footers are not read here)."""
+    case_sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    sources: dict[str, Source] = {}
+    for uri, version, raw in sorted(files, key=lambda f: (f[1], f[0])):
+        if raw is None or raw in sources:
+            continue
+        recorded = parse_recorded(raw)
+        if recorded is not None:
+            sources[raw] = Source(recorded, f"{uri} (version {version})")
+    merged([*sources.values(), Source(schema, "the DataFrame being appended")], case_sensitive)
