@@ -28,9 +28,8 @@ snapshots. Kafka is the local stack's.
    ``Accept: application/vnd.apache.arrow.stream`` (decoded with pyarrow); medians of 5
    interleaved rounds after a warm-up round, response sizes; the route's steps redone
    in-process to show where its time goes.
-3. ``profile``, ``gc``, ``whatif``: the 1,000-client scenario once more on a server restarted
-   through a launcher: with a cProfile window, with a ``gc.callbacks`` hook timing collections,
-   and with each version's event encoded once (a what-if; the repository is not changed).
+3. ``profile``, ``gc``: the 1,000-client scenario once more on a server restarted through a
+   launcher: with a cProfile window, and with a ``gc.callbacks`` hook timing collections.
 4. ``tick``: the materializer's once-a-second tick (one watermark query per table) by the
    number of tables it follows, and what it does to commit → notification.
 """
@@ -72,7 +71,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import table_name
 
-SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "gc", "whatif", "tick")
+SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "gc", "tick")
 ARROW = "application/vnd.apache.arrow.stream"
 TARGET_P99_1_MS = 20.0
 TARGET_P99_1000_MS = 250.0
@@ -301,29 +300,6 @@ except SystemExit:
 interpreter (all threads share it); SIGUSR1 starts the window, SIGUSR2 writes the pauses."""
 
 
-ENCODE_ONCE = """
-import dataclasses, json, sys
-from sse_starlette import ServerSentEvent
-from segcat.cli import main
-from segcat.server import events_api
-FIELDS = [f.name for f in dataclasses.fields(events_api.VersionChange) if f.name != "source"]
-encoded = {}
-def _event(change, event_id):
-    key = (change.table, change.version)
-    data = encoded.get(key)
-    if data is None:
-        data = json.dumps({name: getattr(change, name) for name in FIELDS}, separators=(",", ":"))
-        encoded[key] = data
-        if len(encoded) > 10_000:
-            del encoded[next(iter(encoded))]
-    return ServerSentEvent(data, event="version", id=event_id)
-events_api._event = _event
-main(["serve", "--port", sys.argv[1]])
-"""
-"""What if: ``segcat serve`` with ``events_api._event`` replaced by one that encodes a version's JSON
-once (the same bytes as ``views.version_event``: the fields in order, without ``source``, and no
-``dataclasses.asdict`` deep copy) and reuses it for every client. Not a change to the server."""
-
 
 class Services:
     """Private Redis, ``segcat materializer`` and ``segcat serve``, each a process of its own."""
@@ -379,17 +355,15 @@ class Services:
                 proc.wait(10)
 
     def start_server(
-        self, profile_to: Path | None = None, what_if: bool = False, gc_to: Path | None = None
+        self, profile_to: Path | None = None, gc_to: Path | None = None
     ) -> float:
         """``segcat serve --port P``; seconds until ``/healthz`` answers. With ``profile_to``, the
-        same command with a cProfile window; with ``what_if``, with ``ENCODE_ONCE`` applied."""
+        same command with a cProfile window; with ``gc_to``, with collections timed."""
         log = (self.workdir / "serve.log").open("ab")
         started = time.perf_counter()
         command = [self.segcat, "serve", "--port", str(self.port)]
         if profile_to is not None:
             command = [sys.executable, "-c", PROFILED_SERVE, str(profile_to), str(self.port)]
-        elif what_if:
-            command = [sys.executable, "-c", ENCODE_ONCE, str(self.port)]
         elif gc_to is not None:
             command = [sys.executable, "-c", GC_OBSERVED, str(gc_to), str(self.port)]
         self.server = subprocess.Popen(command, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
@@ -1206,18 +1180,6 @@ def gc_scenario(services: Services, table: str, p: Params, workdir: Path) -> Res
     }
 
 
-def what_if_scenario(services: Services, table: str, p: Params) -> Results:
-    """The big SSE scenario on a server started with ``ENCODE_ONCE``; the plain server afterwards."""
-    services.stop_server()
-    services.start_server(what_if=True)
-    try:
-        measured = sse_scenario(services, table, p.big_clients, p.big_commits, p.big_pause_s, p.client)
-    finally:
-        services.stop_server()
-        services.start_server()
-    return measured
-
-
 PROFILE_FOCUS = (
     *("_fan_out", "follow", "_chained", "stream", "_event", "version_event", "asdict", "dumps"),
     *("_stream_response", "_send_with_timeout", "ensure_bytes", "encode", "send", "write", "put_nowait"),
@@ -1449,7 +1411,6 @@ def run(ctx: Context) -> Results:
         "sse1000": f"{ns}.sse{p.big_clients}",
         "snapshot": f"{ns}.snapshot",
         "profile": f"{ns}.profiled{p.big_clients}",
-        "whatif": f"{ns}.whatif{p.big_clients}",
         "gc": f"{ns}.gc{p.big_clients}",
     }
     out: Results = {"params": asdict(p), "namespace": ns, "packages": _packages(), "quiet": quiet}
@@ -1478,8 +1439,6 @@ def run(ctx: Context) -> Results:
                 out[scenario] = profile_scenario(services, tables[scenario], p, workdir)
             elif scenario == "gc":
                 out[scenario] = gc_scenario(services, tables[scenario], p, workdir)
-            elif scenario == "whatif":
-                out[scenario] = what_if_scenario(services, tables[scenario], p)
             else:
                 small = scenario == "sse1"
                 out[scenario] = sse_scenario(
@@ -1645,12 +1604,10 @@ def render(results: Results) -> str:
         listed = "; ".join(f"`{o['command']}` {o['cpu_pct']} %" for o in other[:5])
         lines += ["", f"Other work on the machine when the run started (CPU over 3 s): {listed}."]
     lines += ["", "### Targets", "", *report.targets_table(results.get("targets", []), ms)]
-    sse = [results[k] for k in ("sse1", "sse1000", "whatif") if k in results]
+    sse = [results[k] for k in ("sse1", "sse1000") if k in results]
     for key in ("sse1", "sse1000"):
         if key in results:
             results[key]["label"] = f"{results[key]['clients']:,}"
-    if "whatif" in results:
-        results["whatif"]["label"] = f"{results['whatif']['clients']:,}, what-if ¹"
     if sse:
         lines += _sse_section(sse)
     if prof := results.get("profile"):
@@ -1745,15 +1702,6 @@ def _sse_section(sse: list[Results]) -> list[str]:
             ],
         ),
     ]
-    if any("what-if" in r["label"] for r in sse):
-        lines += [
-            "",
-            "¹ What if the server encoded each version's event once: the same run on a server started "
-            "with `events_api._event` replaced (in the benchmark's launcher, not in the repository) by one "
-            "that builds the event's JSON once per version, from the fields directly (the same bytes as "
-            "`views.version_event`, which deep-copies the change with `dataclasses.asdict` for every "
-            "client), and reuses it for every client.",
-        ]
     return lines
 
 
@@ -2029,19 +1977,6 @@ def _observations(results: Results) -> list[str]:
             f"slowest versions' last clients got their event {last3} after the "
             "commit (section above)."
         )
-    if (w := results.get("whatif")) and (b := results.get("sse1000")):
-        notes.append(
-            f"What-if, the event encoded once per version ({w['clients']:,} clients, same pace): p50 "
-            f"{ms(b['commit_to_event']['median_ms'])} → {ms(w['commit_to_event']['median_ms'])}, p99 "
-            f"{ms(b['commit_to_event']['p99_ms'])} → {ms(w['commit_to_event']['p99_ms'])}, fan-out span p99 "
-            f"{ms(b['fan_out_span_per_version']['p99_ms'])} → {ms(w['fan_out_span_per_version']['p99_ms'])}, "
-            f"server CPU per delivered event {_per_event(b)} → {_per_event(w)}"
-            + (
-                f" (the reference passes alone: p99 {_p99_range(b)}; the what-if is one pass)."
-                if len(b.get("passes", [])) > 1
-                else "."
-            )
-        )
     if (prof := results.get("profile")) and prof.get("profile"):
         top = _busy_rows(prof["profile"]["by_own_time"])[:4]
         listed = ", ".join(f"`{row['function']}` {row['tottime_ms']:,.0f} ms" for row in top)
@@ -2115,11 +2050,6 @@ def _sse_notes(r: Results, target: float) -> list[str]:
     return notes
 
 
-def _p99_range(r: Results) -> str:
-    values = [one["commit_to_event"]["p99_ms"] for one in r.get("passes", [])]
-    return "–" if not values else f"{ms(min(values))}–{ms(max(values))}"
-
-
 def _per_version_ms(r: Results) -> str:
     cpu = r["cpu"]["cpu_s"].get("server")
     return "–" if cpu is None or not r["commits"] else ms(cpu * 1000 / r["commits"])
@@ -2156,15 +2086,7 @@ def _snapshot_notes(snap: Results) -> list[str]:
 def _suggestions(results: Results) -> list[str]:
     """What the measurements point at (nothing here is implemented by the benchmark)."""
     items = []
-    base, what_if, gc_run = results.get("sse1000"), results.get("whatif"), results.get("gc")
-    if base and what_if:
-        items.append(
-            "**Encode each version's event once**, not once per client: `views.version_event` runs "
-            "`dataclasses.asdict` (a deep copy) and `json.dumps` for every connection. Measured as a what-if "
-            f"above: p99 {ms(base['commit_to_event']['p99_ms'])} → "
-            f"{ms(what_if['commit_to_event']['p99_ms'])}, "
-            f"server CPU per event {_per_event(base)} → {_per_event(what_if)}."
-        )
+    gc_run = results.get("gc")
     if gc_run and (gen2 := gc_run["gc"]["by_generation"].get("2")) and gen2["count"]:
         items.append(
             f"**Keep generation-2 collections out of the fan-out**: one took {ms(gen2['max_ms'])} with 1,000 "
@@ -2220,7 +2142,7 @@ def _method(results: Results) -> list[str]:
             [
                 "Processes: the benchmark (one `TableWriter` committing; the snapshot requests), "
                 "`segcat serve --port P` (one process for the reference scenarios; the profiled, "
-                "GC-observed and what-if passes each restart it through a `python -c` launcher that adds "
+                "GC-observed passes each restart it through a `python -c` launcher that adds "
                 "its hook and then runs the same command), for each scenario a "
                 "`segcat materializer --metrics-port 0` whose "
                 "`--pattern` matches that scenario's table alone (consumer group and instance id of its "
