@@ -142,13 +142,14 @@ def test_a_redis_head_behind_the_log_skips_nothing(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """No materializer: a head behind the log, then a head beyond it (an older topic's)."""
+    """No materializer: a head of the table's log behind the log's end, then one beyond it (a log
+    cut back under the materializer, e.g. an unclean leader election)."""
     ns, _ = namespace()
     name = f"{ns}.behind"
-    Catalog(mconfig).create_table(name)
+    log_id = Catalog(mconfig).create_table(name).log_id
     versions = appends(mconfig, name, 4)
     store = RedisStore.from_config(mconfig)
-    store.advance_head(name, Head(versions[0], None, None, 1, 1000, 1, -1, versions[0]))
+    store.advance_head(name, Head(versions[0], None, None, 1, 1000, 1, -1, versions[0], log_id))
     ends = KafkaEnds(monkeypatch)
     reader = planner(mconfig, name, kafkaCheckIntervalMs="60000")
     try:
@@ -163,10 +164,10 @@ def test_a_redis_head_behind_the_log_skips_nothing(
         assert ends.calls == 1
         assert drain(reader, end) == (end, [])
         assert ends.calls == 2
-        # a head beyond the log (an older topic of the same name): cut to the log's end, one warning
+        # a head beyond the log's end: cut to the log's end, one warning
         monkeypatch.setattr(datasource, "HINT_WAIT_S", 0.2)
         more = appends(mconfig, name, 1)
-        store.advance_head(name, Head(more[0], None, None, 1, 1000, 1, -1, more[0] + 50))
+        store.advance_head(name, Head(more[0], None, None, 1, 1000, 1, -1, more[0] + 50, log_id))
         with caplog.at_level(logging.WARNING, logger="segcat.spark.stream"):
             assert drain(reader, end) == (more[0], more)
         assert [r.getMessage() for r in caplog.records if "beyond the log's end" in r.getMessage()]

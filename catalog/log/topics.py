@@ -207,6 +207,8 @@ class TopicAdmin:
             try:
                 described = futures[name.topic].result(timeout=self._timeout)
             except concurrent.futures.TimeoutError as exc:
+                self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
+                refusals.raise_if_credentials_refused(self._config, exc)
                 raise ServiceUnavailable(
                     f"Kafka at {self._config.bootstrap_servers} did not answer {doing} within "
                     f"{self._timeout:g} s; {unreachable_hint(self._config)}"

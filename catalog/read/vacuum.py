@@ -71,8 +71,9 @@ RETAIN_VERSIONS_PROPERTY = "segcat.vacuum.retain.versions"
 GRACE_PROPERTY = "segcat.vacuum.grace.ms"
 HISTORY_VERSIONS_PROPERTY = "segcat.history.retain.versions"
 HISTORY_AGE_PROPERTY = "segcat.history.retain.ms"
-STORAGE_CLOCK_OBJECT = "_catalog/_vacuum_clock"
-"""Written under the table's root before each listing: its modification time is the storage's now."""
+STORAGE_CLOCK_OBJECT = "_catalog/_clock/now"
+"""Written under the table's root before each listing: its modification time is the storage's now
+(alone in its folder, which ``ObjectStore.clock_ms`` lists)."""
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) while deleting."""

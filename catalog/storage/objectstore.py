@@ -267,11 +267,18 @@ class ObjectStore:
         """The storage's own time now: the modification time (ms) of ``path`` written afresh.
 
         File ages (``list_files``' ``mtime_ms``) are in the storage's clock, which need not be
-        this machine's; comparing them with this value compares like with like. None when the
-        storage keeps no modification times."""
+        this machine's; comparing them with this value compares like with like. ``path`` should
+        sit in a folder of its own (the folder is listed). None when the storage keeps no
+        modification times."""
         self.put(path, b"")
-        mtime_ns = self._backend.fs.get_file_info(self._full(path)).mtime_ns
-        return None if mtime_ns is None else int(mtime_ns) // 1_000_000
+        full = self._full(path)
+        # read back the way ``list_files`` reads ages (a listing of its folder), never by a HEAD:
+        # S3 lists times in milliseconds but heads them in whole seconds, and a clock a second
+        # behind the listed ages would make every file written in that second look too young
+        for info in self._infos(path.rsplit("/", 1)[0] if "/" in path else path):
+            if info.path == full:
+                return None if info.mtime_ns is None else int(info.mtime_ns) // 1_000_000
+        return None
 
     def __repr__(self) -> str:
         return f"ObjectStore({self._uri_prefix!r})"
