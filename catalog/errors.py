@@ -75,13 +75,14 @@ class NotAuthorized(SegcatError):
     """
 
 
-class CommitConflict(SegcatError):
-    """The log ordered a conflicting commit before ours (docs/PROTOCOL.md §4, rules 3–6).
+class RuleRefusal(SegcatError):
+    """A commit the rules REJECTED (or a writer's image shows they would): the rule, its detail,
+    the offset the record took and the version that made it lose."""
 
-    ``rule`` names the rule, ``conflicting_version`` the version that made ours lose,
-    ``version`` the offset our rejected record took. Re-plan on the newest state and retry
-    (``TableWriter.commit_with_retry`` does that).
-    """
+    against = "conflicts with version"
+    """How the message names ``conflicting_version``."""
+    remedy = ""
+    """Appended to the message: what the user can (not) do about it."""
 
     def __init__(
         self, rule: str, detail: str, *, version: int | None, conflicting_version: int | None
@@ -89,14 +90,23 @@ class CommitConflict(SegcatError):
         self.rule = rule
         self.detail = detail
         self.version = version
-        """The offset the rejected record took; None when the writer saw the conflict before sending."""
+        """The offset the rejected record took; None when the writer saw the refusal before sending."""
         self.conflicting_version = conflicting_version
-        at = f" (conflicts with version {conflicting_version})" if conflicting_version is not None else ""
+        at = f" ({self.against} {conflicting_version})" if conflicting_version is not None else ""
         where = "not sent" if version is None else f"rejected at offset {version}"
-        super().__init__(f"commit {where} by rule {rule}: {detail}{at}")
+        super().__init__(f"commit {where} by rule {rule}: {detail}{at}{self.remedy}")
 
 
-class ColumnTypeConflict(SegcatError):
+class CommitConflict(RuleRefusal):
+    """The log ordered a conflicting commit before ours (docs/PROTOCOL.md §4, rules 3–6).
+
+    ``rule`` names the rule, ``conflicting_version`` the version that made ours lose,
+    ``version`` the offset our rejected record took. Re-plan on the newest state and retry
+    (``TableWriter.commit_with_retry`` does that).
+    """
+
+
+class ColumnTypeConflict(RuleRefusal):
     """The commit gives a column stats of another type than the table fixed for it (rule 4d).
 
     Not a conflict to retry: the type is fixed for good, so the same data can never be accepted
@@ -105,16 +115,8 @@ class ColumnTypeConflict(SegcatError):
     ``conflicting_version`` the version that fixed the type; the log's verdict stays REJECTED 4d.
     """
 
-    def __init__(
-        self, rule: str, detail: str, *, version: int | None, conflicting_version: int | None
-    ) -> None:
-        self.rule = rule
-        self.detail = detail
-        self.version = version
-        self.conflicting_version = conflicting_version
-        at = f" (fixed at version {conflicting_version})" if conflicting_version is not None else ""
-        where = "not sent" if version is None else f"rejected at offset {version}"
-        super().__init__(f"commit {where} by rule {rule}: {detail}{at}; the column's type never changes")
+    against = "fixed at version"
+    remedy = "; the column's type never changes"
 
 
 class InvalidCommit(SegcatError):
