@@ -43,9 +43,8 @@ def head_from_redis(name: str, head: Head | None, log_end: int | None) -> dict[s
     }
 
 
-def head_from_log(snap: Snapshot, log_end: int) -> dict[str, Any]:
-    """A table in the overview read without Redis (object storage and the log): the overview's
-    fields, nothing materialized."""
+def _numbers(snap: Snapshot) -> dict[str, Any]:
+    """The overview's fields of a snapshot the server read itself."""
     return {
         "table": snap.table,
         "version": snap.version,
@@ -53,20 +52,19 @@ def head_from_log(snap: Snapshot, log_end: int) -> dict[str, Any]:
         "live_segments": snap.live_count,
         "live_rows": snap.live_rows,
         "live_bytes": snap.live_bytes,
-        "log_end": log_end,
-        **materialized(None, log_end),
     }
+
+
+def head_from_log(snap: Snapshot, log_end: int) -> dict[str, Any]:
+    """A table in the overview read without Redis (object storage and the log): the overview's
+    fields, nothing materialized."""
+    return {**_numbers(snap), "log_end": log_end, **materialized(None, log_end)}
 
 
 def head_from_snapshot(snap: Snapshot, head: Head | None, log_end: int) -> dict[str, Any]:
     """A table's exact head (the log's end judged) and what the materializer holds of it."""
     return {
-        "table": snap.table,
-        "version": snap.version,
-        "timestamp_ms": snap.timestamp_ms,
-        "live_segments": snap.live_count,
-        "live_rows": snap.live_rows,
-        "live_bytes": snap.live_bytes,
+        **_numbers(snap),
         "log_start": snap.log_start,
         "log_end": log_end,
         "dropped": snap.dropped,

@@ -213,6 +213,17 @@ def test_a_creation_whose_commit_is_not_delivered_leaves_no_topic(
 # ---------------------------------------------------------------------- objects from before the binding
 
 
+def _old_table_with_flat_history(mconfig: Config, table: str) -> Catalog:
+    """A table with six appends whose outputs lie in the flat layout (written before the binding)."""
+    catalog = Catalog(mconfig)
+    catalog.create_table(table)
+    with TableWriter(mconfig, table) as writer:
+        for i in range(6):
+            writer.append([segment(f"old{i}")])
+    _write_flat_history(mconfig, table)
+    return catalog
+
+
 def _write_flat_history(config: Config, table: str) -> int:
     """What segcat wrote before objects were bound to their log: one archive of the whole log and
     a key frame of its last accepted version, in the flat layout, unbound. The frame's version."""
@@ -245,12 +256,7 @@ def test_objects_from_before_the_binding_are_read_only_by_their_own_log(
     flat objects are adopted (claimed) and read again, history included."""
     ns, pattern = namespace()
     table = f"{ns}.t"
-    catalog = Catalog(mconfig)
-    catalog.create_table(table)
-    with TableWriter(mconfig, table) as writer:
-        for i in range(6):
-            writer.append([segment(f"old{i}")])
-    _write_flat_history(mconfig, table)
+    catalog = _old_table_with_flat_history(mconfig, table)
     name = TableName.parse(table)
     files = TableFiles(ObjectStore.from_config(mconfig), name)
 
@@ -279,12 +285,7 @@ def test_unclaimed_flat_objects_of_another_log_are_found_foreign(mconfig: Config
     materializer compares them with the log and records that they are another log's."""
     ns, pattern = namespace()
     table = f"{ns}.t"
-    catalog = Catalog(mconfig)
-    catalog.create_table(table)
-    with TableWriter(mconfig, table) as writer:
-        for i in range(6):
-            writer.append([segment(f"old{i}")])
-    _write_flat_history(mconfig, table)
+    catalog = _old_table_with_flat_history(mconfig, table)
     _delete_topic(mconfig, table)
     created = _create_again(catalog, table)  # before: InvalidCommit from the flat archive
     with pytest.raises(VersionNotFound):
@@ -309,12 +310,7 @@ def test_the_spark_sources_planner_never_follows_the_old_tables_objects(mconfig:
 
     ns, _ = namespace()
     table = f"{ns}.t"
-    catalog = Catalog(mconfig)
-    catalog.create_table(table)
-    with TableWriter(mconfig, table) as writer:
-        for i in range(6):
-            writer.append([segment(f"old{i}")])
-    _write_flat_history(mconfig, table)
+    catalog = _old_table_with_flat_history(mconfig, table)
     _delete_topic(mconfig, table)
     _create_again(catalog, table)
     with TableWriter(mconfig, table) as writer:

@@ -207,8 +207,7 @@ class TopicAdmin:
             try:
                 described = futures[name.topic].result(timeout=self._timeout)
             except concurrent.futures.TimeoutError as exc:
-                self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
-                refusals.raise_if_credentials_refused(self._config, exc)
+                self._raise_if_handshake_refused(exc)
                 raise ServiceUnavailable(
                     f"Kafka at {self._config.bootstrap_servers} did not answer {doing} within "
                     f"{self._timeout:g} s; {unreachable_hint(self._config)}"
@@ -222,9 +221,15 @@ class TopicAdmin:
             found[name] = (len(described.partitions), topic_id_text(described.topic_id))
         return found
 
+    def _raise_if_handshake_refused(self, cause: BaseException) -> None:
+        """``ConfigError`` naming the setting when the brokers refused our credentials: librdkafka
+        tells that only to ``error_cb``, which runs when the client's queue is served."""
+        self._admin.poll(0)
+        refusals.raise_if_credentials_refused(self._config, cause)
+
     def _unanswered(self, exc: KafkaException, doing: str) -> NoReturn:
         """A refusal (ACL, credentials) names what to fix; anything else is an outage."""
-        self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
+        self._admin.poll(0)  # serve error_cb first: raise_refusal may need what it recorded
         refusals.raise_refusal(exc, self._config, doing)
         refusals.raise_if_credentials_refused(self._config, exc)
         raise ServiceUnavailable(
@@ -301,8 +306,7 @@ class TopicAdmin:
         try:
             return self._admin.list_topics(topic=topic, timeout=self._timeout)
         except KafkaException as exc:
-            self._admin.poll(0)  # serve error_cb: a refused handshake names the setting to fix
-            refusals.raise_if_credentials_refused(self._config, exc)
+            self._raise_if_handshake_refused(exc)
             raise ServiceUnavailable(
                 f"Kafka at {self._config.bootstrap_servers} did not answer within "
                 f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"

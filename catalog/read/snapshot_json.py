@@ -83,15 +83,7 @@ def document(
     """What every snapshot answer carries: the version, why it is the one answered, the
     tombstones and the listed segments (with ``added_version``). ``applies``: ``tombstones_apply``
     of the whole snapshot when ``snap`` is a pruned one."""
-    return {
-        "table": snap.table,
-        "version": snap.version,
-        "timestamp_ms": snap.timestamp_ms,
-        "note": note if note is not None else snap.note,
-        "tombstones": tombstones(snap),
-        "tombstones_apply": tombstones_apply(snap) if applies is None else applies,
-        "segments": segments(snap, listed),
-    }
+    return {**_facts(snap, note, applies), "segments": segments(snap, listed)}
 
 
 def arrow_metadata(
@@ -99,7 +91,13 @@ def arrow_metadata(
 ) -> dict[bytes, bytes]:
     """The same facts for an Arrow IPC stream of ``snap.segments`` (schema metadata; the segments
     carry ``added_version`` as a column)."""
-    facts: dict[str, Any] = {
+    facts = _facts(snap, note, applies)
+    return {f"segcat.{key}".encode(): json.dumps(value).encode() for key, value in facts.items()}
+
+
+def _facts(snap: Snapshot, note: str | None, applies: bool | None) -> dict[str, Any]:
+    """The version answered, why, and the soft deletes a reader applies to it."""
+    return {
         "table": snap.table,
         "version": snap.version,
         "timestamp_ms": snap.timestamp_ms,
@@ -107,4 +105,3 @@ def arrow_metadata(
         "tombstones": tombstones(snap),
         "tombstones_apply": tombstones_apply(snap) if applies is None else applies,
     }
-    return {f"segcat.{key}".encode(): json.dumps(value).encode() for key, value in facts.items()}
