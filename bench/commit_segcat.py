@@ -40,7 +40,7 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.table import Catalog
-from segcat.producers.writer import TableWriter
+from segcat.catalog.write.writer import TableWriter
 
 PARTITION = "2024-01"
 

@@ -76,11 +76,11 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, SegcatError, ServiceUnavailable
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import table_name
+from segcat.catalog.write.writer import TableWriter
 from segcat.local_stack import kafka as stack_kafka
 from segcat.local_stack import process
 from segcat.local_stack.layout import Layout
 from segcat.local_stack.settings import NODE_PORT_STRIDE, StackSettings
-from segcat.producers.writer import TableWriter
 
 SCENARIOS = ("latency", "throughput", "failover", "follower-kill")
 TOPOLOGIES = {"single": 1, "three": 3}

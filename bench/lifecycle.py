@@ -140,7 +140,7 @@ def register_tree(
     config: Config, name: str, tree: Tree, per_commit: int, tick: runner.Tick
 ) -> dict[str, Any]:
     """APPEND every file of ``tree`` in commits of ``per_commit`` segments, then DELETE them all."""
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     ids = [f"{tree.prefix}-{i:07d}" for i in range(tree.files)]
     append_ms: list[float] = []
@@ -609,7 +609,7 @@ def recovery_scenario(
 ) -> Results:
     from bench.read_processes import materializer_config, materializer_process, write_in_processes
     from bench.read_segcat import wait_for_offset
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     redis = PrivateRedis(workdir / "redis")
     redis.start()

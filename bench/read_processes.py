@@ -118,7 +118,7 @@ def materializer_process(config: Config, table: str) -> Iterator[SpawnProcess]:
 def _writer_main(
     config: Config, table: str, plan: list[int], prefix: str, out: Queue[Any], start: Event | None
 ) -> None:
-    from segcat.producers.writer import TableWriter
+    from segcat.catalog.write.writer import TableWriter
 
     quiet_logging()
     versions: list[int] = []

@@ -39,7 +39,7 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import RedisStore, keys
-from segcat.producers.writer import TableWriter
+from segcat.catalog.write.writer import TableWriter
 
 try:  # the lean reader path (Redis key-frame format 2); absent in trees before it
     from segcat.catalog.storage import delta_arrow

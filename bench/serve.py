@@ -777,7 +777,7 @@ def _sse_pass(
     around: tuple[Callable[[], None], Callable[[], None]] | None,
     tag: str,
 ) -> dict[str, Any]:
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     config = services.config
     name = table_name(table).qualified
@@ -957,9 +957,9 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
     committed to at the 1-client pace while the others stay idle; commit → Redis notification."""
     from segcat.catalog.read.table import Catalog
     from segcat.catalog.storage.redis import RedisStore
+    from segcat.catalog.write import TableWriter
     from segcat.materializer.service import Materializer
     from segcat.materializer.table_materializer import TableMaterializer
-    from segcat.producers import TableWriter
 
     config = replace(services.config, metrics_port=0)
     catalog = Catalog(config)
@@ -1191,7 +1191,7 @@ PROFILE_FOCUS = (
 
 
 def build_snapshot_table(services: Services, table: str, segments: int, per_commit: int) -> Results:
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     commit_ms: list[float] = []
     version = -1

@@ -121,7 +121,7 @@ def run_append(spark: Any, config: Config, params: Params, work: Path, created: 
     import segcat.spark_integration as si
     from segcat.catalog.read.table import Catalog, table_root
     from segcat.catalog.storage.parquet_stats import segment_from_parquet
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     total = params.files * params.rows_per_file
     df = (
@@ -353,7 +353,7 @@ def _stream_once(
     """One query on ``name``: warm-up commits, then ``stream_commits_per_round`` timed ones; the
     latencies from ``append``'s return and from the broker's append time, and the batches' progress."""
     import segcat.spark_integration as si
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     sink = f"segcat_bench_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")

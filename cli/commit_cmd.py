@@ -11,9 +11,9 @@ import click
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import commit_from_json, parse_json
 from segcat.catalog.protocol.names import table_name
+from segcat.catalog.write import TableWriter
+from segcat.catalog.write.writer import default_writer_id
 from segcat.cli.render import console
-from segcat.producers import TableWriter
-from segcat.producers.writer import default_writer_id
 
 
 @click.command("commit")

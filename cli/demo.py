@@ -30,11 +30,11 @@ from segcat.catalog.protocol.expressions import col
 from segcat.catalog.protocol.model import Segment
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
+from segcat.catalog.write import TableWriter
 from segcat.cli.params import Integer
 from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.render import console
 from segcat.local_stack.settings import StackSettings
-from segcat.producers import TableWriter
 
 
 def _write_day(root: str, day: dt.date, rows: int, seed: int) -> Segment:

@@ -1,7 +1,5 @@
-"""Writers: publish commits to a table's topic and learn their verdicts."""
+"""Producers of segments: Arrow record batches written as Parquet files that describe themselves.
 
-from segcat.producers.intent import WriteIntent
-from segcat.producers.pipeline import CommitFuture
-from segcat.producers.writer import TableWriter
-
-__all__ = ["CommitFuture", "TableWriter", "WriteIntent"]
+``segment_files`` writes the files (statistics, Bloom filters, provenance in the footer) and
+turns each into the ``Segment`` a commit adds; Spark's writer and plain Python writers share it.
+"""

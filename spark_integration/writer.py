@@ -42,9 +42,9 @@ from segcat.catalog.protocol.rules import MAX_ID_LENGTH
 from segcat.catalog.protocol.state import LiveSegment, TableState
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import Table, table_root
-from segcat.producers import TableWriter, WriteIntent
+from segcat.catalog.write import TableWriter, WriteIntent
+from segcat.producers.segment_files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration import schemas
-from segcat.spark_integration.files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
 
 Mode = Literal["append", "replace"]

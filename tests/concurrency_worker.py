@@ -18,7 +18,7 @@ from segcat.catalog.errors import CommitConflict
 from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 
 PARTITIONS = ("p0", "p1", "p2")

@@ -18,7 +18,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, ServiceUnavailable
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.concurrency_worker import plan_commit
 
 

@@ -35,8 +35,8 @@ from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import Head, RedisStore
 from segcat.catalog.storage.table_files import TableFiles
+from segcat.catalog.write import TableWriter
 from segcat.materializer.service import Materializer
-from segcat.producers import TableWriter
 from tests.factories import segment
 
 

@@ -1,6 +1,6 @@
 """Segments described the way writers describe them, and the snapshots prune runs on.
 
-Files are written and described through ``segcat.spark_integration.files.write_files`` (the
+Files are written and described through ``segcat.producers.segment_files.write_files`` (the
 executor path: footer stats via ``segment_from_parquet``, float stats, NaN counts and the
 Bloom filter from the rows), no Spark needed, or with plain pyarrow and described from the
 footer alone (``describe_footer``: what a file another writer made gets). Each snapshot is
@@ -26,7 +26,7 @@ from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
-from segcat.spark_integration.files import FileSpec, write_files
+from segcat.producers.segment_files import FileSpec, write_files
 
 
 def describe(root: Path, table: pa.Table, bloom_column: str | None = None) -> Segment:

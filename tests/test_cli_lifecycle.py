@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog
+from segcat.catalog.write import TableWriter
 from segcat.cli.params import DURATION, MAX_DURATION_MS
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.test_cli import segcat
 

@@ -28,7 +28,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import head_offset, namespace, running_materializer, wait_for_head
 from tests.server_support import serving

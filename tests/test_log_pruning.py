@@ -23,8 +23,8 @@ from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.write import TableWriter
 from segcat.materializer.table_materializer import TableMaterializer
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

@@ -28,9 +28,9 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
+from segcat.catalog.write import TableWriter
 from segcat.materializer import table_materializer
 from segcat.materializer.frame_writer import FrameWriter
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

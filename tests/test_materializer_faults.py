@@ -20,7 +20,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

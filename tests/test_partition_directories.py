@@ -11,7 +11,7 @@ import datetime as dt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segcat.spark_integration.files import (
+from segcat.producers.segment_files import (
     MAX_NAME_BYTES,
     NULL_PARTITION,
     escape,

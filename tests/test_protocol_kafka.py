@@ -26,7 +26,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY
 from segcat.catalog.read.table import Catalog, Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import produce_raw, segment
 
 pytestmark = pytest.mark.kafka

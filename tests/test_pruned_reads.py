@@ -18,8 +18,8 @@ from segcat.catalog.errors import VersionExpired
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import HISTORY_VERSIONS_PROPERTY, vacuum
+from segcat.catalog.write import TableWriter
 from segcat.cli import cli
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

@@ -34,8 +34,8 @@ from segcat.catalog.protocol.state import LOCATION_PROPERTY
 from segcat.catalog.read.purge import PurgeReport, purge
 from segcat.catalog.read.table import Catalog, Table, table_root
 from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.write import TableWriter
 from segcat.materializer.maintenance import Maintenance, TableFacts
-from segcat.producers import TableWriter
 from tests.factories import produce_raw
 
 

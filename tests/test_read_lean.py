@@ -21,7 +21,7 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.keyframe_support import ipc_format1, sha256_digest
 from tests.materializer_support import (

@@ -16,7 +16,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

@@ -23,7 +23,7 @@ from segcat.catalog.read.table import Catalog
 from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.materializer_support import (
     PrivateRedis,
     materializer_config,

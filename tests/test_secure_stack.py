@@ -30,9 +30,9 @@ from segcat.catalog.errors import ConfigError, NotAuthorized
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis.store import RedisStore
+from segcat.catalog.write import TableWriter
 from segcat.local_stack.layout import Layout
 from segcat.local_stack.settings import StackSettings
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import wait_for_head
 from tests.private_stack import client_config, private_settings, running_stack

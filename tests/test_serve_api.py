@@ -38,7 +38,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Rule
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from segcat.server.app import create_app
 from segcat.server.settings import ServeSettings
 from tests.factories import segment

@@ -17,7 +17,7 @@ import redis
 
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import PrivateRedis, namespace, spawn_materializer, wait_for_head
 from tests.server_support import iter_events, read_events, serving

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
 from segcat.catalog.read.table import Catalog
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.server_support import serving
 

@@ -20,8 +20,8 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
+from segcat.catalog.write import TableWriter
 from segcat.cli import cli
-from segcat.producers import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     PrivateRedis,

@@ -19,7 +19,7 @@ from segcat.catalog.errors import CommitConflict
 from segcat.catalog.protocol.jsonio import segment_from_json
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.read.table import Table
-from segcat.spark_integration.files import PROVENANCE_KEYS, FileSpec, read_provenance, write_files
+from segcat.producers.segment_files import PROVENANCE_KEYS, FileSpec, read_provenance, write_files
 from tests.spark_support import spark
 
 __all__ = ["spark"]

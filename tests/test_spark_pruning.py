@@ -25,7 +25,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.read.table import Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]

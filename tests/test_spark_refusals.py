@@ -24,7 +24,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument
 from segcat.catalog.read.purge import purge
 from segcat.catalog.read.table import Catalog, Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.spark_support import spark
 

@@ -31,7 +31,7 @@ from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from segcat.spark_integration.reader import as_of_ms, scan_files, spark_path
 from tests.spark_support import spark
 

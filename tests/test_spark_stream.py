@@ -21,7 +21,7 @@ from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from segcat.spark_integration.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
 from tests.factories import segment

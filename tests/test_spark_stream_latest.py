@@ -24,7 +24,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import Head, RedisStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from segcat.spark_integration import datasource
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from tests.factories import segment

@@ -244,7 +244,7 @@ def test_si_vacuum_keeps_a_file_committed_while_the_executors_list(
     ``data/``; a commit registering a file written long before lands in between. The log is
     read again after the listing: the file stays (regression: it went as an orphan)."""
     from segcat.catalog.protocol.model import Segment
-    from segcat.producers import TableWriter
+    from segcat.catalog.write import TableWriter
 
     si.write(spark.createDataFrame([(1, "x")], "id long, v string"), table, config=config)
     root = Path(table.location())

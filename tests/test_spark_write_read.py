@@ -17,7 +17,7 @@ from segcat.catalog.protocol.expressions import col
 from segcat.catalog.protocol.model import Isolation, Operation
 from segcat.catalog.protocol.rules import Rule
 from segcat.catalog.read.table import Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

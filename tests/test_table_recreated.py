@@ -36,7 +36,7 @@ from segcat.catalog.storage.archive import ArchivedCommit, ArchivedRecord
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import (
     assert_outputs_match_clean_replay,

@@ -17,7 +17,7 @@ from segcat.catalog.errors import InvalidTableName, MisconfiguredTable, TableAlr
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.table import Catalog
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 
 pytestmark = pytest.mark.kafka
 

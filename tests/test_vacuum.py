@@ -33,7 +33,7 @@ from segcat.catalog.read.vacuum import (
     vacuum,
 )
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import produce_raw
 from tests.materializer_support import PrivateRedis
 
@@ -126,7 +126,7 @@ def test_a_killed_writer_s_files_survive_while_its_intent_lives(vconfig: Config,
 import os, sys
 from pathlib import Path
 from segcat.catalog.config import Config
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 config = Config.load()
 writer = TableWriter(config, {vtable.name.qualified!r})
 intent = writer.intent("data/job/", ttl_s=3)

@@ -43,7 +43,7 @@ from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import VacuumReport, execute, vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 
 LONG_AGO_S = 3_600.0
 WRITES = ["append", "append_old", "compact", "replace", "delete", "reregister", "stray"]

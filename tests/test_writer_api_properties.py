@@ -25,7 +25,7 @@ from segcat.catalog.protocol.expressions import col
 from segcat.catalog.protocol.model import BloomFilter, ColumnStats, ColumnType, Operation, Segment
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read.table import Catalog, Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 
 pytestmark = pytest.mark.kafka

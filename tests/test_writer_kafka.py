@@ -18,7 +18,7 @@ from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import produce_raw, segment
 
 pytestmark = pytest.mark.kafka

@@ -26,7 +26,7 @@ from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.table import Catalog, Table
-from segcat.producers import TableWriter
+from segcat.catalog.write import TableWriter
 from tests.factories import segment
 
 pytestmark = pytest.mark.kafka

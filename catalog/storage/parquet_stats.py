@@ -69,7 +69,7 @@ def stats_from_metadata(metadata: pq.FileMetaData, schema: pa.Schema) -> tuple[C
     """Per top-level column stats merged over row groups; a column missing stats gets none.
 
     ``nan_count`` stays None (unknown): a footer does not count NaN, and its min / max skip
-    them. Writers that see the rows (``segcat.spark_integration.files``) fill it in.
+    them. Writers that see the rows (``segcat.producers.segment_files``) fill it in.
     """
     out: list[ColumnStats] = []
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]

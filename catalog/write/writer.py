@@ -34,6 +34,7 @@ from segcat.catalog.errors import (
 )
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.follower import Follower
+from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, LINGER_MS, CommitFuture, CommitPipeline
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
@@ -47,8 +48,7 @@ from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.producers.intent import DEFAULT_INTENT_TTL_S, WriteIntent
-from segcat.producers.pipeline import DEFAULT_MAX_IN_FLIGHT, LINGER_MS, CommitFuture, CommitPipeline
+from segcat.catalog.write.intent import DEFAULT_INTENT_TTL_S, WriteIntent
 
 log = logging.getLogger("segcat.writer")
 

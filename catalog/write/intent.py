@@ -23,7 +23,7 @@ from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Commit, Intent, Operation
 
 if TYPE_CHECKING:
-    from segcat.producers.writer import TableWriter
+    from segcat.catalog.write.writer import TableWriter
 
 log = logging.getLogger("segcat.writer")
 
