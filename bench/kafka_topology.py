@@ -46,11 +46,9 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -79,7 +77,8 @@ from segcat.catalog.protocol.names import table_name
 from segcat.local_stack import kafka as stack_kafka
 from segcat.local_stack import process
 from segcat.local_stack.layout import Layout
-from segcat.local_stack.settings import NODE_PORT_STRIDE, StackSettings
+from segcat.local_stack.private import private_settings
+from segcat.local_stack.settings import StackSettings
 from segcat.producers.writer import TableWriter
 
 SCENARIOS = ("latency", "throughput", "failover", "follower-kill")
@@ -116,66 +115,30 @@ class Params:
 
 
 # --------------------------------------------------------------------------- private stacks
-# (the same approach as tests/private_stack.py; benches do not import from tests/)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_port(brokers: int, taken: set[int]) -> int:
-    """A Kafka base port whose derived ports (every node's client, controller and inter-broker
-    port, the private Redis at +50..+52 and S3 at +60) are free and not in ``taken``'s blocks."""
-    rng = random.Random()
-    # Below the kernel's range for outgoing connections: a client retrying a killed broker could
-    # otherwise get the broker's port as its own source port and keep the broker from coming back.
-    highest_base = max(process.ephemeral_port_range()[0] - 100, 10100)
-    for _ in range(200):
-        base = rng.randrange(10000, highest_base, 100)
-        if base in taken:
-            continue
-        nodes = [base + off + NODE_PORT_STRIDE * n for n in range(brokers) for off in (0, 1, 2)]
-        if all(_port_free(p) for p in [*nodes, base + 50, base + 51, base + 52, base + 60]):
-            return base
-    raise RuntimeError("no free ports for a private Kafka stack")
-
-
-def shared_kafka_dist(settings: StackSettings) -> Path:
-    """The shared stack's jar cache: ``SEGCAT_HOME``'s (usually ``<repo>/.segcat``)."""
+def shared_kafka_home() -> Path:
+    """The shared stack's home whose Kafka jars a private stack links: ``SEGCAT_HOME``'s (usually
+    ``<repo>/.segcat``)."""
     for home in (StackSettings.load().home, runner.REPO / ".segcat"):
-        dist = Layout.of(replace(settings, home=home)).kafka_dist
-        if dist.is_dir():
-            return dist
-    return Layout.of(replace(settings, home=runner.REPO / ".segcat")).kafka_dist
+        if Layout.of(replace(StackSettings.load(), home=home)).kafka_dist.is_dir():
+            return home
+    return runner.REPO / ".segcat"
 
 
-def private_settings(home: Path, brokers: int, taken: set[int]) -> StackSettings:
-    base = free_base_port(brokers, taken)
-    taken.add(base)
-    settings = replace(
-        StackSettings.load(),
-        home=home,
-        kafka_port=base,
-        kafka_controller_port=base + 1,
-        redis_port=base + 50,
-        s3_port=base + 60,
+def stack_settings(home: Path, brokers: int, taken: set[int]) -> StackSettings:
+    """A plain (not secure) Kafka stack of the benchmark's own on free ports (``taken`` keeps
+    the stacks of one run apart before either is up)."""
+    return private_settings(
+        home,
+        jars_from=shared_kafka_home(),
+        taken=taken,
         start_timeout_s=180.0,
         brokers=brokers,
         secure=False,
         s3=False,
         redis_cluster=False,
     )
-    layout = Layout.of(settings)
-    layout.home.mkdir(parents=True, exist_ok=True)
-    shared = shared_kafka_dist(settings)
-    if shared.is_dir() and not layout.kafka_dist.exists():
-        layout.kafka_dist.symlink_to(shared, target_is_directory=True)
-    return settings
 
 
 @dataclass
@@ -248,7 +211,7 @@ def private_stacks(keys: list[str], redis_url: str, keep: bool) -> Iterator[dict
     homes (unless ``keep``), however the block ends."""
     root = Path(tempfile.mkdtemp(prefix="segcat-topology-"))
     taken: set[int] = set()
-    settings = {key: private_settings(root / key, TOPOLOGIES[key], taken) for key in keys}
+    settings = {key: stack_settings(root / key, TOPOLOGIES[key], taken) for key in keys}
     stacks: dict[str, PrivateStack] = {}
     try:
         for key in keys:

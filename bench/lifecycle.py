@@ -47,7 +47,6 @@ from typing import Any
 
 from bench import lifecycle_doc, runner
 from bench.lifecycle_procs import (
-    PrivateRedis,
     Tree,
     alter_topic,
     broker_records,
@@ -63,6 +62,7 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Operation, Segment
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.table import Catalog, Table
+from segcat.local_stack.private import PrivateRedis
 
 SCENARIOS = ("vacuum", "orphans", "recovery")
 Config_Name = tuple[Config, str]

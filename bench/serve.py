@@ -63,13 +63,13 @@ from typing import Any
 
 from bench import report, runner
 from bench.commit_runs import _machine_ticks, _process_ticks, broker_pid
-from bench.lifecycle_procs import PrivateRedis, free_port
 from bench.read_processes import CTX, make_segment, table_pattern
 from bench.report import get, ms, table
 from bench.runner import Context, Results, percentile, progress, summary
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import table_name
+from segcat.local_stack.private import PrivateRedis, free_port
 
 SCENARIOS = ("sse1", "sse1000", "snapshot", "profile", "gc", "tick")
 ARROW = "application/vnd.apache.arrow.stream"
