@@ -26,7 +26,7 @@ recovery and topic size before and after log pruning — one run.
    aggressive cleaner, and the same figures again once the broker holds none of the pruned
    records.
 
-Words for the doc: ``lifecycle_doc``; child processes and helpers: ``lifecycle_procs``.
+Tables: ``lifecycle_doc``; child processes and helpers: ``lifecycle_procs``.
 """
 
 from __future__ import annotations
@@ -763,7 +763,7 @@ BENCHMARK = runner.Benchmark(
     scenarios=SCENARIOS,
     run=run,
     render=lifecycle_doc.render,
-    summary=lifecycle_doc.summary,
+    details=lifecycle_doc.details,
     options=options,
     command_prefix="SPARK_LOCAL_IP=127.0.0.1 ",
     wait_for_others_s=900.0,
