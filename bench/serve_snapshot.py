@@ -163,11 +163,10 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
     """The snapshot route's steps redone in this process, as ``tables_api.snapshot`` runs them
     (medians): where the server's time goes. Not the server's own timings: no HTTP, no threads."""
     import pyarrow as pa
-    from fastapi.encoders import jsonable_encoder
-    from fastapi.responses import JSONResponse
 
+    from segcat.catalog.protocol.jsonio import dumps
+    from segcat.catalog.read import snapshot_json
     from segcat.catalog.read.table import Catalog
-    from segcat.server import views
 
     opened = Catalog(config).table(name)
     steps: dict[str, list[float]] = {}
@@ -177,7 +176,6 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
         steps.setdefault(label, []).append((now - began) * 1000)
         return now
 
-    same: bool | None = None
     sizes: dict[str, int] = {}
     for round_ in range(reps + 1):
         t = time.perf_counter()
@@ -185,24 +183,22 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
         t = clock(SNAPSHOT_STEP, t)
         page = snap.segment_page(None, limit)
         t = clock(f"JSON: `segment_page(None, {limit:,})` (Avro-decodes each segment to a `Segment`)", t)
-        rendered = views.segments(page)
-        t = clock("JSON: `views.segments` (`segment_to_json` per segment)", t)
-        encoded = jsonable_encoder({"segments": rendered})
-        t = clock("JSON: FastAPI's `jsonable_encoder` of the returned dict", t)
-        body = JSONResponse(encoded).body
-        t = clock("JSON: `JSONResponse` render (`json.dumps`)", t)
+        shown = snapshot_json.document(snap, page)
+        t = clock("JSON: `snapshot_json.document` (`segment_to_json` and `added_version` per segment)", t)
+        body = dumps(shown).encode()
+        t = clock("JSON: `jsonio.dumps` of the document", t)
         segments = snap.segments
-        t = clock("Arrow: `snap.segments` (the Arrow table)", t)
+        schema = segments.schema.with_metadata(snapshot_json.arrow_metadata(snap))
+        t = clock("Arrow: `snap.segments` and the schema's metadata", t)
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, segments.schema) as writer:
-            writer.write_table(segments)
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(segments.replace_schema_metadata(schema.metadata))
         data = sink.getvalue().to_pybytes()
         clock("Arrow: IPC stream write + `to_pybytes`", t)
         if round_ == 0:
             steps.clear()
-            same = JSONResponse({"segments": rendered}).body == body
             sizes = {"json_segments_bytes": len(body), "arrow_bytes": len(data)}
-        del snap, page, rendered, encoded, body, segments, data
+        del snap, page, shown, body, segments, data
     medians = {k: round(statistics.median(v), 2) for k, v in steps.items()}
     return {
         "median_ms": medians,
@@ -212,7 +208,6 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
         "arrow_route_ms": round(
             sum(v for k, v in medians.items() if k.startswith("Arrow") or k == SNAPSHOT_STEP), 1
         ),
-        "same_bytes_without_encoder": same,
         **sizes,
     }
 
