@@ -1,7 +1,7 @@
 """Commit latency and throughput on a 3-broker KRaft cluster next to a single broker, and what a
 broker kill costs the writers — one run.
 
-    .venv/bin/python -m bench.kafka_topology            # full run (~8 min), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.kafka_topology            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.kafka_topology --quick    # smoke run: small counts, doc untouched
     .venv/bin/python -m bench.kafka_topology --render bench/results/kafka-topology-<time>.json
 

@@ -1,7 +1,7 @@
-"""Lifecycle (issue 9): vacuum of dropped files, orphan scan in-process vs Spark, materializer
+"""Lifecycle: vacuum of dropped files, orphan scan in-process vs Spark, materializer
 recovery and topic size before and after log pruning — one run.
 
-    .venv/bin/python -m bench.lifecycle            # full run (~20 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.lifecycle            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.lifecycle --quick    # smoke run: 100k files, 10k commits, doc untouched
     .venv/bin/python -m bench.lifecycle --render bench/results/lifecycle-<time>.json
 

@@ -1,6 +1,6 @@
 """Bloom-filter probes in ``Snapshot.prune``: the batch probe against a per-file loop.
 
-    .venv/bin/python -m bench.pruning            # full run (~1 min), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.pruning            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.pruning --quick    # smoke run: 2,000 segments, doc untouched
 
 A snapshot of N live segments (10,000 and 100,000), every one with stats on ``id``, ``day``

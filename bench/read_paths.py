@@ -1,6 +1,6 @@
 """Read paths: open + list, time travel, watch latency, materializer catch-up — one run.
 
-    .venv/bin/python -m bench.read_paths           # full run (~35 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.read_paths           # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.read_paths --quick   # smoke run: tiny sizes, doc untouched
     .venv/bin/python -m bench.read_paths --render bench/results/read-paths-<time>.json
 

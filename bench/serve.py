@@ -1,18 +1,17 @@
 """HTTP API and SSE (``segcat serve``): commit → SSE event latency with 1 and with 1,000 clients on
 one server process, and a 50,000-segment snapshot as JSON vs Arrow — one run.
 
-    .venv/bin/python -m bench.serve            # full run (~11 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.serve            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.serve --quick    # smoke run: 1 + 50 clients, 5,000 segments, doc untouched
     .venv/bin/python -m bench.serve --only sse1000 --repeats 1 --no-doc   # one scenario
     .venv/bin/python -m bench.serve --render bench/results/serve-<time>.json
 
-(``./dev bench`` runs the other benchmarks, not this one.) Every part is a real process of its
-own, as in production: a private ``redis-server`` (the dev Redis holds other work's tables),
-``segcat serve`` (one uvicorn process), per scenario a ``segcat materializer`` whose
-``--pattern`` matches that scenario's table alone (it publishes the version notifications the
-server relays), and for the SSE scenarios a client process holding every SSE connection and a
-Redis subscriber process. The benchmark process commits (``TableWriter.append``) and fetches
-snapshots. Kafka is the local stack's.
+Every part is a real process of its own, as in production: a private ``redis-server`` (the
+dev Redis holds other work's tables), ``segcat serve`` (one uvicorn process), per scenario a
+``segcat materializer`` whose ``--pattern`` matches that scenario's table alone (it publishes
+the version notifications the server relays), and for the SSE scenarios a client process
+holding every SSE connection and a Redis subscriber process. The benchmark process commits
+(``TableWriter.append``) and fetches snapshots. Kafka is the local stack's.
 
 1. ``sse1`` / ``sse1000``: N clients (1; 1,000) each open ``GET /api/tables/<t>/events`` on a
    connection of its own (asyncio on uvloop in one client process); after warm-up commits
