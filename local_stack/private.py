@@ -75,24 +75,23 @@ def stack_port_offsets(brokers: int) -> list[int]:
 def private_settings(
     home: Path, *, jars_from: Path | None = None, taken: set[int] | None = None, **options: Any
 ) -> StackSettings:
-    """Settings of a stack in ``home`` of its own, on free ports; ``options`` override any setting
-    (``brokers=3``, ``secure=True``, ...). With ``jars_from`` (a stack home), its Kafka
-    distribution is linked in, so nothing is fetched twice. Base ports in ``taken`` are avoided
-    and the chosen one is added to it."""
+    """Settings of a stack in ``home`` of its own, on free ports; ``options`` override any setting,
+    those chosen here included (``brokers=3``, ``secure=True``, ``start_timeout_s=180``, ...).
+    With ``jars_from`` (a stack home), its Kafka distribution is linked in, so nothing is fetched
+    twice. Base ports in ``taken`` are avoided and the chosen one is added to it."""
     brokers = int(options.get("brokers", 1))
     used = set() if taken is None else taken
     base = free_port_block(stack_port_offsets(brokers), lowest=10_000, step=STACK_PORT_STEP, taken=used)
     used.add(base)
-    settings = replace(
-        StackSettings.load(),
-        home=home,
-        kafka_port=base,
-        kafka_controller_port=base + 1,
-        redis_port=base + 50,
-        s3_port=base + 60,
-        start_timeout_s=120.0,
-        **options,
-    )
+    chosen: dict[str, Any] = {
+        "home": home,
+        "kafka_port": base,
+        "kafka_controller_port": base + 1,
+        "redis_port": base + 50,
+        "s3_port": base + 60,
+        "start_timeout_s": 120.0,
+    }
+    settings = replace(StackSettings.load(), **{**chosen, **options})
     layout = Layout.of(settings)
     layout.home.mkdir(parents=True, exist_ok=True)
     if jars_from is not None:

@@ -39,6 +39,11 @@ def test_kafka_and_redis_ports_of_a_private_stack_avoid_the_outgoing_range(tmp_p
     assert len(taken) == 50, "a base port handed out twice within one run"
 
 
+def test_options_override_what_a_private_stack_chooses(tmp_path: Path) -> None:
+    s = private_settings(tmp_path, brokers=3, start_timeout_s=180.0, secure=False, s3=False)
+    assert (s.brokers, s.start_timeout_s, s.secure, s.s3, s.home) == (3, 180.0, False, False, tmp_path)
+
+
 def test_redis_cluster_ports_avoid_the_outgoing_range() -> None:
     low, _ = process.ephemeral_port_range()
     for _ in range(50):
