@@ -16,7 +16,7 @@ Scenarios (full / quick):
 
 Results go to ``bench/results/commit-latency-<UTC time>.json`` (every per-commit sample) and,
 for full runs, to the ``commit-latency`` section of docs/BENCHMARKS.md
-(words: ``commit_doc``; segcat's runs: ``commit_segcat``; delta-rs and pyiceberg: ``peers``).
+(tables: ``commit_doc``; segcat's runs: ``commit_segcat``; delta-rs and pyiceberg: ``peers``).
 """
 
 from __future__ import annotations
@@ -303,31 +303,6 @@ def evaluate(results: Results) -> None:
     results["targets"] = targets
 
 
-def summary(results: Results) -> str:
-    rows = [
-        (
-            key,
-            f"{r['commits']:,}",
-            f"{r['latency']['median_ms']:.2f}",
-            f"{r['latency']['p99_ms']:.2f}",
-            f"{r['commits_per_s']:,.0f}",
-        )
-        for key, r in results["runs"].items()
-    ]
-    lines = report.table(("run", "commits", "median ms", "p99 ms", "commits/s"), rows)
-    if long_run := results["runs"].get("segcat_long_log"):
-        d = long_run["details"]
-        first, last = d["first_window"], d["last_window"]
-        lines.append(
-            f"long log: first {d['window']:,} median {first['median_ms']:.2f} ms p99 {first['p99_ms']:.2f} "
-            f"ms; last {d['window']:,} median {last['median_ms']:.2f} ms p99 {last['p99_ms']:.2f} ms"
-        )
-    lines += [f"{name}: {value:.2f}×" for name, value in results["ratios"].items() if value is not None]
-    if results["targets"]:
-        lines.append(report.targets_text(results["targets"]))
-    return "\n".join(lines)
-
-
 BENCHMARK = runner.Benchmark(
     name="commit-latency",
     module="bench.commit_latency",
@@ -335,7 +310,7 @@ BENCHMARK = runner.Benchmark(
     scenarios=SCENARIOS,
     run=run,
     render=commit_doc.render,
-    summary=summary,
+    details=commit_doc.details,
     evaluate=evaluate,
     options=options,
     wait_for_others_s=900.0,

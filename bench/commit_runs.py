@@ -20,7 +20,8 @@ from bench.runner import Tick, loadavg, summary, time_each, to_ms
 from segcat.catalog.config import Config
 
 T = TypeVar("T")
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""Jiffies per second, the unit of ``/proc`` CPU times."""
 
 
 @dataclass
@@ -78,7 +79,7 @@ def broker_pid(config: Config) -> int | None:
     return record.pid if record is not None and process.is_ours(record) else None
 
 
-def _machine_ticks() -> tuple[int, int] | None:
+def machine_ticks() -> tuple[int, int] | None:
     """(busy, total) jiffies over all CPUs since boot."""
     try:
         values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -89,7 +90,8 @@ def _machine_ticks() -> tuple[int, int] | None:
     return total - idle, total
 
 
-def _process_ticks(pid: int | None) -> int | None:
+def process_ticks(pid: int | None) -> int | None:
+    """User + system jiffies of process ``pid`` (None when it is gone or not given)."""
     if pid is None:
         return None
     try:
@@ -107,10 +109,10 @@ class CpuMeter:
         self._start: tuple[tuple[int, int] | None, int | None] | None = None
 
     def start(self) -> None:
-        self._start = (_machine_ticks(), _process_ticks(self._pid))
+        self._start = (machine_ticks(), process_ticks(self._pid))
 
     def stop(self, commits: int, client_cpu_ns: int | None = None) -> dict[str, Any]:
-        machine, broker = _machine_ticks(), _process_ticks(self._pid)
+        machine, broker = machine_ticks(), process_ticks(self._pid)
         out: dict[str, Any] = {"cpus": os.cpu_count()}
         if self._start is None or commits <= 0:
             return out
@@ -118,9 +120,9 @@ class CpuMeter:
         if machine0 and machine and machine[1] > machine0[1]:
             busy, total = machine[0] - machine0[0], machine[1] - machine0[1]
             out["machine_busy_pct"] = round(100 * busy / total, 1)
-            out["machine_cpu_ms_per_commit"] = round(busy / _TICKS * 1000 / commits, 3)
+            out["machine_cpu_ms_per_commit"] = round(busy / CLOCK_TICKS * 1000 / commits, 3)
         if broker0 is not None and broker is not None:
-            out["broker_cpu_ms_per_commit"] = round((broker - broker0) / _TICKS * 1000 / commits, 3)
+            out["broker_cpu_ms_per_commit"] = round((broker - broker0) / CLOCK_TICKS * 1000 / commits, 3)
         if client_cpu_ns is not None:
             out["writer_cpu_ms_per_commit"] = round(client_cpu_ns / 1e6 / commits, 3)
         return out

@@ -1,7 +1,7 @@
-"""Lifecycle (issue 9): vacuum of dropped files, orphan scan in-process vs Spark, materializer
+"""Lifecycle: vacuum of dropped files, orphan scan in-process vs Spark, materializer
 recovery and topic size before and after log pruning — one run.
 
-    .venv/bin/python -m bench.lifecycle            # full run (~20 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.lifecycle            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.lifecycle --quick    # smoke run: 100k files, 10k commits, doc untouched
     .venv/bin/python -m bench.lifecycle --render bench/results/lifecycle-<time>.json
 
@@ -26,7 +26,7 @@ recovery and topic size before and after log pruning — one run.
    aggressive cleaner, and the same figures again once the broker holds none of the pruned
    records.
 
-Words for the doc: ``lifecycle_doc``; child processes and helpers: ``lifecycle_procs``.
+Tables: ``lifecycle_doc``; child processes and helpers: ``lifecycle_procs``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from typing import Any
 
 from bench import lifecycle_doc, runner
 from bench.lifecycle_procs import (
-    PrivateRedis,
     Tree,
     alter_topic,
     broker_records,
@@ -63,6 +62,7 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Operation, Segment
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.table import Catalog, Table
+from segcat.local_stack.private import PrivateRedis
 
 SCENARIOS = ("vacuum", "orphans", "recovery")
 Config_Name = tuple[Config, str]
@@ -763,7 +763,7 @@ BENCHMARK = runner.Benchmark(
     scenarios=SCENARIOS,
     run=run,
     render=lifecycle_doc.render,
-    summary=lifecycle_doc.summary,
+    details=lifecycle_doc.details,
     options=options,
     command_prefix="SPARK_LOCAL_IP=127.0.0.1 ",
     wait_for_others_s=900.0,

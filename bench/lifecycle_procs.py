@@ -13,9 +13,6 @@ import gc
 import os
 import queue
 import resource
-import shutil
-import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -79,59 +76,6 @@ class Tree:
         for i in range(self.files):
             os.unlink(f"{base}/{self.relative(i)}")
         return time.perf_counter() - started
-
-
-# --------------------------------------------------------------------------- a private Redis
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of the benchmark's own, so FLUSHALL touches nothing shared."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            [*args, "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def flushall(self) -> None:
-        import redis
-
-        redis.Redis.from_url(self.url).flushall()
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
 
 
 # --------------------------------------------------------------------------- the broker's view

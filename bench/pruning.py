@@ -1,6 +1,6 @@
-"""Bloom-filter probes in ``Snapshot.prune``: the batch probe against the per-file loop it replaced.
+"""Bloom-filter probes in ``Snapshot.prune``: the batch probe against a per-file loop.
 
-    .venv/bin/python -m bench.pruning            # full run (~1 min), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.pruning            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.pruning --quick    # smoke run: 2,000 segments, doc untouched
 
 A snapshot of N live segments (10,000 and 100,000), every one with stats on ``id``, ``day``
@@ -10,11 +10,11 @@ on half of them, over ``id`` on the other half. Predicates: ``user = 'u-probe'``
 filter over), ``user IN (10 values)``. Each is timed three ways, back to back in
 one process on the same snapshot, medians of repeated runs after a warm-up:
 
-- **per-file loop**: the Bloom step as segcat ran it before issue 20 (a Python loop over every
-  candidate segment with a filter, each probed by ``bloom.might_contain``), written out here
-  because the tree no longer has it;
-- **batch**: the Bloom step now (``expressions.bloom_mask``: one ``bloom.FilterBatch`` per
-  filtered column);
+- **per-file loop**: a Python loop over every candidate segment with a filter, each probed by
+  ``bloom.might_contain``: the plain way to write the step, kept here as the reference the batch
+  must agree with (checked every run) and beat;
+- **batch**: the Bloom step readers run (``expressions.bloom_mask``: one ``bloom.FilterBatch``
+  per filtered column);
 - **whole prune**: ``Snapshot.prune`` as readers call it (stats pass, Bloom step, the kept rows).
 
 Nothing here needs Kafka or Redis: the snapshot is built in memory from one APPEND judged by
@@ -104,7 +104,7 @@ def _loop_might_match(predicate: Predicate, flt: BloomFilter, kind: ColumnType) 
 
 
 def per_file_loop(predicate: Predicate, segments: pa.Table, mask: pa.Array) -> pa.Array:
-    """The Bloom step before issue 20: every candidate with a filter, one Python call each."""
+    """The Bloom step written plainly: every candidate with a filter, one Python call each."""
     rows = pc.indices_nonzero(pc.and_(mask, pc.is_valid(segments.column("bloom_bits")))).to_pylist()
     keep = mask.to_pylist()
     if rows:
@@ -159,6 +159,7 @@ def run(ctx: Context) -> Results:
 
 
 def render(results: Results) -> str:
+    """The run and, per size and predicate, the loop, the batch and the whole ``prune``."""
     rows = [
         (
             f"{r['segments']:,}",
@@ -171,51 +172,25 @@ def render(results: Results) -> str:
         )
         for r in results.get("bloom", [])
     ]
-    lines = [
-        *report.head(results, "Pruning: Bloom-filter probes (issue 20, item 23)", "both ways in one process"),
-        "",
-        "### Results (medians)",
-        "",
-        *table(
-            (
-                "segments",
-                "predicate",
-                "kept",
-                "per-file loop (before)",
-                "batch (now)",
-                "speed-up",
-                "whole `prune`",
-            ),
-            rows,
-            "llrrrrr",
-        ),
-        "",
-        "Half the segments carry a filter over `user`, half over `id`; stats keep every segment, so",
-        'the Bloom step sees all of them. "Per-file loop" is the step as it ran before issue 20',
-        '(written out in `bench/pruning.py`, the same calls per segment); "batch" is',
-        "`expressions.bloom_mask` (one numpy pass per filtered column over all candidates' bits);",
-        'both give the same answer (checked each run). "Whole `prune`" adds the stats pass and',
-        "building the kept rows.",
-    ]
-    return "\n".join(lines)
-
-
-def summary(results: Results) -> str:
-    return "\n".join(
-        f"{r['segments']:>7,} {r['predicate']:<48} loop {r['loop']['median_ms']:8.2f} ms  "
-        f"batch {r['batch']['median_ms']:7.2f} ms  prune {r['prune']['median_ms']:7.2f} ms"
-        for r in results.get("bloom", [])
+    header = (
+        "Segments",
+        "Predicate",
+        "Kept",
+        "Per-file loop",
+        "Batch (`bloom_mask`)",
+        "Loop ÷ batch",
+        "Whole `prune`",
     )
+    return "\n".join([*report.run_table(results), "", *table(header, rows, "llrrrrr")])
 
 
 BENCHMARK = runner.Benchmark(
     name="pruning",
     module="bench.pruning",
-    description="Snapshot.prune's Bloom step: the batch probe against the per-file loop it replaced.",
+    description="Snapshot.prune's Bloom step: the batch probe against a per-file loop.",
     scenarios=SCENARIOS,
     run=run,
     render=render,
-    summary=summary,
 )
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Read paths: open + list, time travel, watch latency, materializer catch-up — one run.
 
-    .venv/bin/python -m bench.read_paths           # full run (~35 min on 2 cores), updates docs/BENCHMARKS.md
+    .venv/bin/python -m bench.read_paths           # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.read_paths --quick   # smoke run: tiny sizes, doc untouched
     .venv/bin/python -m bench.read_paths --render bench/results/read-paths-<time>.json
 
@@ -19,7 +19,7 @@
 Everything runs against the local stack (Kafka + Redis) and a temporary local warehouse.
 Helpers: ``read_segcat`` (segcat's tables and reads), ``read_processes`` (writer, materializer
 and watcher processes), ``peers`` (delta-rs, pyiceberg), ``read_whatif`` (alternatives to
-the Redis path), ``read_doc`` (the section's words).
+the Redis path), ``read_doc`` (the tables).
 """
 
 from __future__ import annotations
@@ -388,10 +388,6 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
-def summary(results: Results) -> str:
-    return report.targets_text(results["targets"], read_doc.ms)
-
-
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline", type=Path, help="an earlier results JSON to compare the headline figures with"
@@ -405,7 +401,7 @@ BENCHMARK = runner.Benchmark(
     scenarios=SCENARIOS,
     run=run,
     render=read_doc.render,
-    summary=summary,
+    details=read_doc.details,
     evaluate=evaluate,
     options=options,
 )

@@ -1,8 +1,8 @@
-"""What-if measurements behind the read-path suggestions, on the very key frame Redis holds.
+"""What-if measurements on the very key frame Redis holds, for the read-path report.
 
 Nothing here changes segcat: each experiment takes the key frame the materializer wrote
-and times an alternative encoding, transport or listing step in isolation, so a
-suggestion in docs/BENCHMARKS.md comes with a measured figure instead of a guess.
+and times an alternative encoding, transport or listing step in isolation, so a change to
+the Redis path can be weighed on measured figures instead of guesses.
 
 - size and read time of the Arrow IPC key frame as stored, uncompressed, with ZSTD buffer
   compression, and without the ``segment_avro`` column (readers never use it when listing);

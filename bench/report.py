@@ -1,10 +1,12 @@
-"""Markdown for docs/BENCHMARKS.md, shared by every benchmark: formats, tables, the section head.
+"""Markdown tables for docs/BENCHMARKS.md and for each run's report, shared by every benchmark.
 
-Each benchmark owns one section between ``<!-- <name>:start -->`` and ``<!-- <name>:end -->``;
-``update_section`` replaces only that one, so the benchmarks share the file. A section is a
-pure function of a results JSON, so it can be rendered again from a saved run (``--render``).
-The head every section starts with (when, which command, which results file, which machine)
-and the targets table are built here, so all sections cite them the same way.
+Benchmarks render tables, never sentences about their figures: the prose of docs/BENCHMARKS.md
+is written by hand outside the rendered blocks and says nothing a rerun could falsify. Each
+benchmark owns one block between ``<!-- <name>:start -->`` and ``<!-- <name>:end -->``;
+``update_section`` replaces only that one, so the benchmarks share the file. A block is a pure
+function of a results JSON, so it can be rendered again from a saved run (``--render``). The run
+table every block starts with (command, when, machine, results file) is built here, so all
+blocks cite a run the same way.
 """
 
 from __future__ import annotations
@@ -16,19 +18,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-DOC_HEADER = """# Benchmarks
-
-Measured figures for segcat, one section per benchmark. Each section is written by the
-benchmark script named in it (between its `<!-- …:start -->` / `<!-- …:end -->` markers);
-edit the script, not the section. Raw results are kept under `bench/results/` (git-ignored).
-"""
-
+DOC_HEADER = "# Benchmarks\n"
 QUICK_BANNER = "> **Quick (smoke-test) mode: reduced counts; these are not the reference figures.**"
 MET = {True: "yes", False: "**no**", None: "–"}
 
 
 def update_section(doc: Path, name: str, body: str) -> None:
-    """Replace (or append) the ``name`` section of ``doc``; every other byte of the file is kept."""
+    """Replace the ``name`` block of ``doc`` (appended under a ``## name`` heading when the doc has
+    none yet); every other byte of the file is kept."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     block = f"{start}\n{body.strip()}\n{end}\n"
     text = doc.read_text() if doc.exists() else DOC_HEADER
@@ -36,7 +33,7 @@ def update_section(doc: Path, name: str, body: str) -> None:
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text, count=1)
     else:
-        text = text.rstrip("\n") + "\n\n" + block
+        text = text.rstrip("\n") + f"\n\n## {name}\n\n" + block
     doc.parent.mkdir(parents=True, exist_ok=True)
     tmp = doc.with_name(f".{doc.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
@@ -82,10 +79,12 @@ def size_label(n: int | str) -> str:
     return str(n)
 
 
-def get(node: Any, *path: str) -> Any:
-    """``node[path[0]][path[1]]…``, or None where the results lack a part (a scenario not run)."""
+def get(node: Any, *path: str | int) -> Any:
+    """``node[path[0]][path[1]]…`` (an int indexes a list), or None where the results lack a
+    part (a scenario not run)."""
     for key in path:
-        if not isinstance(node, dict) or key not in node:
+        in_list = isinstance(key, int) and isinstance(node, list) and -len(node) <= key < len(node)
+        if not (in_list or (isinstance(node, dict) and key in node)):
             return None
         node = node[key]
     return node
@@ -105,69 +104,35 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str = 
     return [row(header), row(marks[a] for a in align), *(row(r) for r in rows)]
 
 
-def bullets(items: Iterable[str]) -> list[str]:
-    return [f"- {item}" for item in items]
-
-
-def head(results: dict[str, Any], title: str, scope: str, rows: Sequence[tuple[str, str]] = ()) -> list[str]:
-    """Title, when and how it was measured (command, results file) and the machine table, with
-    the benchmark's own ``rows`` (peers, engines) among the software."""
+def run_table(results: dict[str, Any], rows: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The run a block's figures come from, as one table: the command that reproduces it, when,
+    on which machine and software (with the benchmark's own ``rows``: peers, engines), the tree,
+    the load and the results file holding every sample."""
     env = results["environment"]
     pk = env["packages"]
     finished = results.get("finished_utc")
-    load = ", ".join(f"{v:.2f}" for v in env["loadavg_at_start"]) + " at start"
+    load = f"{env['loadavg_at_start'][0]:.2f} at start"
     if results.get("loadavg_at_end"):
-        load += "; " + ", ".join(f"{v:.2f}" for v in results["loadavg_at_end"]) + " at end"
-    machine = [
-        ("CPU", f"{env['cpu']}, `nproc` = {env['nproc']}"),
-        ("Memory (`free -h`)", env["memory"]),
-        ("Kernel", env["kernel"]),
-        ("Python", env["python"]),
-        ("Java", env["java"].replace('"', "")),
-        ("Kafka", env["kafka"]),
-        (
-            "Clients",
-            f"confluent-kafka {pk['confluent-kafka']} (librdkafka {env['librdkafka']}), fastavro "
-            f"{pk['fastavro']}",
-        ),
+        load += f", {results['loadavg_at_end'][0]:.2f} at end"
+    java = env["java"].replace('"', "")
+    software = (
+        f"{env['python']}, {java}; Kafka {env['kafka']}; confluent-kafka "
+        f"{pk['confluent-kafka']} (librdkafka {env['librdkafka']}), fastavro {pk['fastavro']}"
+    )
+    cells = [
+        ("Command", f"`{results['command']}`"),
+        ("Measured", f"{env['date_utc']}{f' → {finished}' if finished else ''}"),
+        ("Machine", f"{env['cpu']}, {env['nproc']} CPUs, {env['memory']}; {env['kernel']}"),
+        ("Software", software),
         *rows,
         ("Tree", env["git"]),
-        ("Load average (1, 5, 15 min)", load),
+        ("Load average (1 min)", load),
     ]
-    if rss := results.get("peak_rss_mb"):
-        machine.append(
-            (
-                "Peak RSS",
-                f"benchmark process {rss['benchmark_process']:,} MB, largest child process "
-                f"{rss['largest_child_process']:,} MB",
-            )
-        )
-    if (waited := results.get("waited_for_others")) is not None:
-        others = waited["still_running"]
-        machine.append(
-            (
-                "Other benchmarks",
-                f"still running after waiting {waited['waited_s']} s: {', '.join(others)}"
-                if others
-                else f"none running (waited {waited['waited_s']} s)",
-            )
-        )
-    return [
-        f"## {title}",
-        "",
-        *([QUICK_BANNER, ""] if results.get("mode") == "quick" else []),
-        f"Measured {env['date_utc']}{f' → {finished}' if finished else ''} on one machine, {scope} "
-        f"(`{results['results_file']}` holds every sample). Reproduce from the repository root, with the "
-        "local stack running or startable (`segcat stack up`):",
-        "",
-        "```sh",
-        results["command"],
-        "```",
-        "",
-        "### Machine and software",
-        "",
-        *table(("", ""), machine, "ll"),
-    ]
+    if (waited := results.get("waited_for_others")) is not None and waited["still_running"]:
+        cells.append(("Other benchmarks running", ", ".join(waited["still_running"])))
+    report = Path(results["results_file"]).with_suffix(".md")
+    cells.append(("Results", f"`{results['results_file']}` (every sample), `{report}` (every table)"))
+    return [*([QUICK_BANNER, ""] if results.get("mode") == "quick" else []), *table(("Run", ""), cells, "ll")]
 
 
 # --------------------------------------------------------------------------- targets

@@ -459,9 +459,11 @@ class Benchmark:
     run: Callable[[Context], Results]
     """Measures the chosen scenarios; returns ``params`` and the figures (merged into the results)."""
     render: Callable[[Results], str]
-    """The doc section's body, from results alone (so ``--render`` can redo it)."""
-    summary: Callable[[Results], str]
-    """What is printed after a run."""
+    """The doc block's tables, from results alone (so ``--render`` can redo it)."""
+    details: Callable[[Results], str] | None = None
+    """The run report's further tables (breakdowns, profiles), written beside the results JSON."""
+    summary: Callable[[Results], str] | None = None
+    """What is printed after a run (default: the doc block)."""
     evaluate: Callable[[Results], None] | None = None
     """Adds targets and derived figures; runs again on ``--render``."""
     options: Callable[[argparse.ArgumentParser], None] | None = None
@@ -482,7 +484,7 @@ def _parser(bench: Benchmark) -> argparse.ArgumentParser:
         help=f"comma-separated or repeated subset of: {', '.join(bench.scenarios)}",
     )
     add("--keep", action="store_true", help="keep the benchmark's topics, Redis keys and tables")
-    add("--no-doc", action="store_true", help="do not update the doc section (with --render: print it)")
+    add("--no-doc", action="store_true", help="do not update the doc block (with --render: print it)")
     add("--write-doc", action="store_true", help="update the doc section after a quick or partial run too")
     add("--doc", type=Path, default=DOC, help="the Markdown file holding the section (default: %(default)s)")
     add("--render", type=Path, metavar="RESULTS_JSON", help="only re-render the doc section from a saved run")
@@ -506,6 +508,16 @@ def _write_section(bench: Benchmark, results: Results, doc: Path, *, show: bool)
         progress(f"updated the {bench.name} section of {relative(doc)}")
 
 
+def write_report(bench: Benchmark, results: Results, results_json: Path) -> Path:
+    """Every table of a run (the doc block, then the details) in a Markdown file beside its JSON."""
+    parts = [f"# {bench.name}: {results_json.name}", "", bench.render(results)]
+    if bench.details is not None:
+        parts += ["", bench.details(results)]
+    path = results_json.with_suffix(".md")
+    path.write_text("\n".join(parts).rstrip() + "\n")
+    return path
+
+
 def command(bench: Benchmark, argv: Sequence[str]) -> str:
     """The command line that reproduces a run, as the doc section shows it."""
     return " ".join([f"{bench.command_prefix}.venv/bin/python -m {bench.module}", *map(shlex.quote, argv)])
@@ -523,6 +535,7 @@ def main(bench: Benchmark, argv: list[str] | None = None) -> int:
         if bench.evaluate is not None:
             bench.evaluate(saved)
         _write_section(bench, saved, args.doc, show=args.no_doc)
+        progress(f"report: {relative(write_report(bench, saved, args.render))}")
         return 0
 
     chosen = {s.strip() for part in args.only or [] for s in part.split(",") if s.strip()}
@@ -569,8 +582,8 @@ def main(bench: Benchmark, argv: list[str] | None = None) -> int:
         bench.evaluate(results)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1, default=str) + "\n")
-    progress(f"results: {relative(path)}")
-    print(bench.summary(results))
+    progress(f"results: {relative(path)}, report: {relative(write_report(bench, results, path))}")
+    print((bench.summary or bench.render)(results))
     complete = not args.quick and only == bench.scenarios
     if not args.no_doc and (complete or args.write_doc):
         _write_section(bench, results, args.doc, show=False)

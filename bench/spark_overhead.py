@@ -27,7 +27,7 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
    measured alongside with the JVM ``rate-micro-batch`` source into the same sink.
 
 Results go to ``bench/results/spark-overhead-<UTC time>.json`` and, for full runs, to the
-``spark-overhead`` section of docs/BENCHMARKS.md (words: ``spark_doc``).
+``spark-overhead`` section of docs/BENCHMARKS.md (tables: ``spark_doc``).
 """
 
 from __future__ import annotations
@@ -279,7 +279,8 @@ STREAM_VARIANTS = (
     ),
     StreamVariant(
         "segcat_kafka_fs_checkpoint",
-        "as above, `latestFrom=kafka` (the log's end from Kafka at every trigger)",
+        "segcat source + `FileSystemBasedCheckpointFileManager`, `latestFrom=kafka` (Kafka's end "
+        "every trigger)",
         {"latestFrom": "kafka"},
         dict([FS_CHECKPOINTS]),
         {},
@@ -614,7 +615,7 @@ BENCHMARK = runner.Benchmark(
     scenarios=("append", "stream"),
     run=run,
     render=spark_doc.render,
-    summary=spark_doc.render,
+    details=spark_doc.details,
     options=options,
     command_prefix="SPARK_LOCAL_IP=127.0.0.1 ",
     wait_for_others_s=600.0,

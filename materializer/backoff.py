@@ -1,7 +1,7 @@
 """Back-off and log throttling, so one persistent fault costs a few log lines, not thousands.
 
 A wrong Redis password or Kafka SASL secret fails every attempt the same way; logging each
-attempt buries everything else (librdkafka alone logs ~20 lines a second). Each fault has a
+attempt buries everything else (librdkafka alone logs many lines a second). Each fault has a
 *cause*; a cause is logged at once, then at most once per back-off period, the period
 doubling up to a cap, with the number of lines held back in ``suppressed``.
 """

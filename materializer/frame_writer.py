@@ -1,8 +1,8 @@
 """Key frames and commit archives written off the hot path: one writer thread per materializer.
 
 A key frame costs time in proportion to the live segments (sort, checksum, Parquet, IPC) and
-is written to object storage (fsynced) and Redis; done inside ``apply()`` it held back the
-records behind it (commit → ``watch()`` max 72-184 ms). The main loop now hands each table's
+is written to object storage (fsynced) and Redis; done inside ``apply()`` it would hold back
+every record behind it, and with it their notifications. The main loop hands each table's
 jobs to this thread and goes on publishing; a table's jobs run one at a time, in the order
 they were submitted, so its archive still precedes the key frame that relies on it, and its
 Redis key frame only ever moves forward (the store's scripts refuse an older one anyway).

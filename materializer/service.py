@@ -60,7 +60,7 @@ log = logging.getLogger("segcat.materializer")
 
 _librdkafka_log = logging.getLogger("segcat.librdkafka.materializer")
 _librdkafka_log.addFilter(ThrottleFilter())
-"""The consumer's own log lines, throttled: on a SASL failure librdkafka logs ~20 a second."""
+"""The consumer's own log lines, throttled: on a SASL failure librdkafka logs many a second."""
 
 TOPIC_PATTERN = r"^segcat\..*"
 DEFAULT_GROUP = "segcat-materializer"
@@ -698,9 +698,9 @@ class Materializer:
         A request that succeeds is also what clears ``brokers_down`` in the health answer: with no
         table assigned a metadata request stands in for it, or the flag would stay set forever.
 
-        Asked per table through the consumer in the main loop's tick, each query queued behind
-        the consumer's own fetch (``fetch.wait.max.ms``), a tick over 20 tables took about a
-        second and held back the notifications of the commits that arrived meanwhile.
+        Not asked per table through the consumer in the main loop: each such query waits behind
+        the consumer's own fetch (``fetch.wait.max.ms``), so the loop, and the notifications of
+        the commits arriving meanwhile, would wait that long for every table followed.
         """
         with self._lock:
             tables = list(self.tables.values())

@@ -47,7 +47,7 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # what was built at start-up lives as long as the server: keep it out of the collector's
-        # full passes (one took 255 ms in the benchmark, in the middle of a 1,000-client fan-out)
+        # full passes, which pause every thread and, during a fan-out, every client's event
         gc.freeze()
         yield
         ctx.feeds.stop()

@@ -1,8 +1,8 @@
 """Each version's SSE frame encoded once, however many clients it goes to.
 
-A thousand clients of one table used to cost a thousand ``asdict`` + ``json.dumps`` of the
-same change on the event loop; now the data is encoded once per version and the per-table
-frame (whose id is the version) once per version too. Only the all-tables stream, whose id is
+Encoding per client would cost the one event loop a serialisation of the same change for every
+connection; the data is encoded once per version, and so is the per-table frame (whose id is
+the version). Only the all-tables stream, whose id is
 each client's own cursor, builds its frame per client, from the shared data.
 """
 

@@ -1,11 +1,11 @@
 """The server's Redis client, time-boxed: a Redis that stops answering costs one short timeout,
 then is skipped for a while, so every read falls back to object storage and Kafka at once.
 
-Readers already fall back when a Redis call fails (``catalog.read.lookup``); what made a frozen
-Redis (a stopped process, a full network buffer) expensive was the wait: every call of every table
-waited out the socket timeout and a retry. Here the first call that times out or cannot connect
-opens the gate for ``SKIP_S``: calls meanwhile raise ``ServiceUnavailable`` without touching the
-network, and the first call after it tries Redis again.
+Readers already fall back when a Redis call fails (``catalog.read.lookup``); what makes a frozen
+Redis (a stopped process, a full network buffer) expensive is the wait: without the gate every call
+of every table would wait out the socket timeout and a retry. Here the first call that times out
+or cannot connect opens the gate for ``SKIP_S``: calls meanwhile raise ``ServiceUnavailable``
+without touching the network, and the first call after it tries Redis again.
 """
 
 from __future__ import annotations

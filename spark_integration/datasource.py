@@ -448,10 +448,10 @@ class VersionStreamReader(_SimpleStreamReaderWrapper, SupportsTriggerAvailableNo
     A batch of at most ``ROWS_PER_PARTITION`` versions reaches Spark with its plan: pyspark's
     planner loop sends the rows of ``getCache`` to the JVM next to the partitions of a
     ``_SimpleStreamReaderWrapper`` (the class behind ``SimpleDataSourceStreamReader``), which
-    stores them as a block the task reads, so no Python worker is started for the batch (that
-    was most of a small batch's ``addBatch``). Every method of the wrapper is overridden here;
+    stores them as a block the task reads, so no Python worker is started for the batch (starting
+    one would be most of a small batch's ``addBatch``). Every method of the wrapper is overridden here;
     it is the base class only for that hand-over. ``read`` still serves the rows of a partition
-    whose block is gone, and larger batches (several partitions) as before.
+    whose block is gone, and larger batches (several partitions).
     """
 
     def __init__(self, options: SourceOptions) -> None:

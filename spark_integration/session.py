@@ -8,9 +8,9 @@ An ``s3://`` warehouse is read by Spark's Hadoop layer as ``s3a://`` (``reader.s
 which lives in hadoop-aws, a jar pyspark does not ship. A session for such a warehouse gets
 it through ``spark.jars.packages`` (Ivy, cached in the user's default Ivy directory, so only
 the first session downloads anything) at the Hadoop version pyspark bundles. hadoop-aws
-depends on the AWS SDK's *bundle*, a ~690 MB jar of every AWS service; for the versions in
-``AWS_SDK_FOR_HADOOP`` the session asks for the few SDK modules s3a uses instead (~13 MB).
-Sessions for other warehouses are built exactly as before, without any package.
+depends on the AWS SDK's *bundle*, one jar of every AWS service, far larger than what s3a
+needs; for the versions in ``AWS_SDK_FOR_HADOOP`` the session asks for the few SDK modules s3a
+uses instead. Sessions for other warehouses get no package.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ FILE_SYSTEM_CHECKPOINTS = (
 )
 """A streaming query's offset and commit logs written through Hadoop's ``FileSystem`` (write a
 temp file, rename it). Spark's default goes through ``FileContext``, which on a local disk makes
-Hadoop fork ``chmod`` and ``readlink`` for every log file (pyspark ships no native Hadoop library):
-measured 37 + 45 ms of a micro-batch's offset and commit logs against 10 + 11 ms this way
-(docs/BENCHMARKS.md, "Spark overhead"). A ``conf`` passed to ``local_session`` overrides it."""
+Hadoop fork ``chmod`` and ``readlink`` for every log file (pyspark ships no native Hadoop library),
+two processes on every micro-batch's path; ``FileSystem`` renames in-process (atomic on a local
+disk and on HDFS). A ``conf`` passed to ``local_session`` overrides it."""
 
 
 def local_session(

@@ -1,13 +1,13 @@
-"""Helpers for the materializer's fault tests: a private Redis, a materializer in a thread or
-a process, writers in the background, and the clean replay every output is compared with."""
+"""Helpers for the materializer's fault tests: a materializer in a thread or a process, writers in
+the background, and the clean replay every output is compared with. ``PrivateRedis`` and
+``free_port`` (``segcat.local_stack.private``, shared with bench/) are re-exported for the tests
+that annotate their fixtures with them."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
-
-import redis
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
@@ -36,64 +34,10 @@ from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import Head, RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.catalog.write import TableWriter
+from segcat.local_stack.private import PrivateRedis as PrivateRedis
+from segcat.local_stack.private import free_port as free_port
 from segcat.materializer.service import Materializer
 from tests.factories import segment
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of the test's own, so FLUSHALL and stopping it touch nothing shared."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
 
 
 def materializer_config(config: Config, redis_url: str, warehouse: Path, every: int = 7) -> Config:

@@ -1,17 +1,16 @@
 """A stack of a test's own (3 brokers, secure, ...) beside the shared one: own home, free ports.
 
-The Kafka jars come from the shared stack's cache (a symlink), so nothing is fetched twice.
+The settings come from ``segcat.local_stack.private`` (shared with bench/); the Kafka jars from
+the shared stack's cache (a symlink), so nothing is fetched twice.
 Under ``CI=true`` a stack that cannot start fails the test (``service_failure``), never skips.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import socket
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -19,66 +18,16 @@ from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import SegcatError
 from segcat.local_stack import kafka as stack_kafka
-from segcat.local_stack import process
+from segcat.local_stack import private, process
 from segcat.local_stack.layout import Layout
-from segcat.local_stack.settings import NODE_PORT_STRIDE, StackSettings
+from segcat.local_stack.settings import StackSettings
 from tests.services import LOCAL_STACK_HOME, service_failure
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_base_ports(brokers: int) -> tuple[int, int, int]:
-    """(kafka_port, controller_port, redis_port) with every port the stack derives from them free.
-
-    The ports lie below the kernel's range for outgoing connections: a broker port inside it can
-    be held by a client's self-connect while the broker is down, and the broker cannot come back.
-    """
-    rng = random.Random()
-    ephemeral_low, _ = process.ephemeral_port_range()
-    highest_base = min(ephemeral_low, 65536) - 100
-    for _ in range(200):
-        kafka_port = rng.randrange(10000, max(highest_base, 10100), 100)
-        ports = [
-            p
-            for node in range(brokers)
-            for p in (
-                kafka_port + NODE_PORT_STRIDE * node,
-                kafka_port + 1 + NODE_PORT_STRIDE * node,
-                kafka_port + 2 + NODE_PORT_STRIDE * node,
-            )
-        ]
-        redis_ports = [kafka_port + 50 + i for i in range(3)]
-        if all(_free(p) for p in ports + redis_ports + [kafka_port + 60]):
-            return kafka_port, kafka_port + 1, kafka_port + 50
-    raise RuntimeError("no free ports for a private stack")
-
-
-def private_settings(home: Path, **options: object) -> StackSettings:
-    brokers = int(str(options.get("brokers", 1)))
-    kafka_port, controller_port, redis_port = free_base_ports(brokers)
-    settings = replace(
-        StackSettings.load(),
-        home=home,
-        kafka_port=kafka_port,
-        kafka_controller_port=controller_port,
-        redis_port=redis_port,
-        s3_port=kafka_port + 60,
-        start_timeout_s=120.0,
-        **options,  # type: ignore[arg-type]
-    )
-    layout = Layout.of(settings)
-    layout.home.mkdir(parents=True, exist_ok=True)
-    shared = Layout.of(replace(settings, home=LOCAL_STACK_HOME)).kafka_dist
-    if shared.is_dir() and not layout.kafka_dist.exists():
-        layout.kafka_dist.symlink_to(shared, target_is_directory=True)
-    return settings
+def private_settings(home: Path, **options: Any) -> StackSettings:
+    """A stack of the test's own (free ports below the outgoing range, ``options`` override any
+    setting) that links the shared stack's Kafka jars."""
+    return private.private_settings(home, jars_from=LOCAL_STACK_HOME, **options)
 
 
 @contextlib.contextmanager

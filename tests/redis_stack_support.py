@@ -4,8 +4,6 @@ three-master Redis Cluster, on free ports, stopped again by pid."""
 
 from __future__ import annotations
 
-import random
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from redis.cluster import RedisCluster
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import SegcatError
-from segcat.local_stack import process
+from segcat.local_stack import private, process
 from segcat.local_stack import redis as stack_redis
 from segcat.local_stack.layout import LOOPBACK, Layout
 from segcat.local_stack.report import LogReporter
@@ -25,31 +23,13 @@ from segcat.local_stack.settings import StackSettings
 from tests.services import service_failure
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_redis_base_port(cluster: bool) -> int:
-    """A port p with p..p+2 (and the cluster bus ports p+10000..p+10002) free.
-
-    Every port lies below the kernel's range for outgoing connections, where a client retrying a
-    stopped node could hold the node's port (a TCP self-connect) and keep it from restarting.
-    """
-    rng = random.Random()
-    highest_base = max(process.ephemeral_port_range()[0] - stack_redis.BUS_PORT_OFFSET - 3, 20_001)
-    for _ in range(200):
-        base = rng.randrange(20_000, highest_base)
-        wanted = [base + i for i in range(3 if cluster else 1)]
-        if cluster:
-            wanted += [p + stack_redis.BUS_PORT_OFFSET for p in wanted]
-        if all(_free(p) for p in wanted):
-            return base
-    raise RuntimeError("no free port range for Redis")
+    """A port p with p..p+2 (and the cluster bus ports p+10000..p+10002) free, below the kernel's
+    range for outgoing connections (``private.free_port_block``)."""
+    wanted = [0, 1, 2] if cluster else [0]
+    if cluster:
+        wanted += [p + stack_redis.BUS_PORT_OFFSET for p in wanted]
+    return private.free_port_block(wanted, lowest=20_000)
 
 
 class StackRedis:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -31,6 +30,7 @@ from segcat.catalog.errors import SegcatError
 from segcat.local_stack import process, s3proxy
 from segcat.local_stack.errors import StackError
 from segcat.local_stack.layout import Layout
+from segcat.local_stack.private import free_port
 from segcat.local_stack.report import LogReporter
 from segcat.local_stack.settings import StackSettings
 from tests.services import LOCAL_STACK_HOME, service_failure
@@ -90,18 +90,12 @@ class S3Server:
         return self.data_dir / bucket / key
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start(home: Path, bucket: str) -> tuple[S3Server, process.PidRecord]:
     """Start S3Proxy in ``home`` and wait until it answers signed requests; StackError if not."""
     failure = "no attempt made"
     for _ in range(_ATTEMPTS):
         # The user's [stack] settings (SEGCAT_CONFIG) choose the S3Proxy version, as for `stack up`.
-        settings = replace(StackSettings.load(), home=home, s3=True, s3_port=_free_port(), s3_bucket=bucket)
+        settings = replace(StackSettings.load(), home=home, s3=True, s3_port=free_port(), s3_bucket=bucket)
         layout = Layout.of(settings)
         (spec,) = s3proxy.specs(layout, settings)
         reporter = LogReporter()

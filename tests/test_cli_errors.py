@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,7 @@ import pytest
 
 import segcat.cli.table_cmds as table_cmds
 from segcat.cli import main
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from segcat.local_stack.private import free_port
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ reads (with gap and corruption detection) that readers rely on."""
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 import zlib
@@ -28,6 +27,7 @@ from segcat.catalog.storage.redis import (
     keys,
 )
 from segcat.catalog.storage.redis.store import keyframe_digest
+from segcat.local_stack.private import free_port
 from tests.keyframe_support import sha256_digest
 
 pytestmark = pytest.mark.redis
@@ -407,15 +407,9 @@ def test_bad_table_names_refused_before_io(store: RedisStore, bad: str) -> None:
         store.advance_head(bad, head_at(1))
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_service_unavailable_on_closed_port(config: Config) -> None:
     dead = RedisStore.from_config(
-        config.with_services(config.bootstrap_servers, f"redis://127.0.0.1:{_closed_port()}/0")
+        config.with_services(config.bootstrap_servers, f"redis://127.0.0.1:{free_port()}/0")
     )
     calls = [
         lambda: dead.head("ns.t"),

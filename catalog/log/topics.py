@@ -47,8 +47,8 @@ STALE_LEADER_CODES = frozenset(
 """ListOffsets errors that mean "the leader (or its epoch) this client has cached is out of date".
 
 The admin client sends the leader epoch of its metadata cache, and nothing refreshes that cache
-for it: after a broker restart (or a partition's leader moving) every ListOffsets was refused
-with FENCED_LEADER_EPOCH until the process restarted. ``_NOENT`` is librdkafka's "no leaders
+for it: after a broker restart (or a partition's leader moving) every ListOffsets is refused
+with FENCED_LEADER_EPOCH until the cache is refreshed. ``_NOENT`` is librdkafka's "no leaders
 found", the same stale cache seen while the partition had no leader."""
 
 

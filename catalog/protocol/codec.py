@@ -97,8 +97,8 @@ def segment_schema(layout: bytes | None = None) -> Any:
 
 def parsed_segment_schema(layout: bytes | None = None) -> Any:
     """``segment_schema(layout)`` parsed by fastavro once (one object per layout). A sub-schema cut
-    out of a parsed commit schema is re-parsed by every fastavro call (≈ 2/3 of encoding or
-    decoding one segment); a layout whose segment schema cannot stand alone (a named type defined
+    out of a parsed commit schema is re-parsed by every fastavro call (most of the cost of encoding
+    or decoding one segment); a layout whose segment schema cannot stand alone (a named type defined
     before it) stays as it is."""
     return _parsed_segment_schema(current_fingerprint() if layout is None else layout)
 

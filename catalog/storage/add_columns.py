@@ -1,8 +1,8 @@
 """The segments a commit adds, as columns: parsed straight from the record's Avro bytes.
 
-fastavro spends ~11 µs per segment building dicts a reader throws away; the ``adds`` array
-of the current commit layout is parsed here into plain lists instead (~3× faster), one
-field after another exactly as Avro's binary encoding lays them out. Only the layout whose
+fastavro builds a dict per segment that a reader throws away; the ``adds`` array of the
+current commit layout is parsed here straight into plain lists instead, one field after
+another exactly as Avro's binary encoding lays them out. Only the layout whose
 segment schema has ``LAYOUT_FINGERPRINT`` is parsed by hand (checked against the codec's
 schema when this module loads); any other layout goes through fastavro and ``from_dicts``.
 tests/test_delta_arrow.py checks both against the codec on random commits.

@@ -290,8 +290,9 @@ def _verify_lean(table: pa.Table) -> KeyFrame | None:
 def to_parquet(table: pa.Table) -> bytes:
     """The key frame as Parquet: LZ4, no dictionary pages, page checksums.
 
-    Ids and paths are unique, so dictionary pages only cost: without them (and with LZ4 instead
-    of zstd) a 25,000-segment frame reads in ~6 ms instead of ~10 ms, for a ~1.8× larger object.
+    Ids and paths are unique, so dictionary pages only cost: without them, and with LZ4 instead
+    of zstd, a frame is larger and reads faster, and readers read frames far more often than the
+    materializer writes them.
     Any Parquet reader reads it; key frames written with other settings load the same.
     """
     out = io.BytesIO()
@@ -318,15 +319,15 @@ def to_ipc(table: pa.Table) -> bytes:
     """The Redis copy of a sealed key frame: Arrow IPC, LZ4-compressed, lean (Redis format 2).
 
     ``segment_avro`` and the content checksum over it are left out (readers never use it; the
-    materializer recovers from object storage): ~40 % fewer bytes to move, hash and decode.
+    materializer recovers from object storage): fewer bytes to move, hash and decode.
     """
     metadata = dict(table.schema.metadata or {})
     metadata.pop(CHECKSUM_KEY, None)
     metadata[REDIS_FORMAT_KEY] = str(REDIS_FORMAT).encode()
     if AVRO_COLUMN in table.column_names:
         table = table.drop_columns([AVRO_COLUMN])
-    # one record batch: a frame kept up by many small appends has a chunk per append, and each
-    # batch costs a reader ~0.25 ms to decode (200 of them: 50 ms for 1,000 rows)
+    # one record batch: a frame kept up by many small appends has a chunk per append, and a
+    # reader pays a fixed cost per batch it decodes, however few rows the batch holds
     with contextlib.suppress(pa.ArrowInvalid):  # a column past 2 GiB stays chunked
         table = table.combine_chunks()
     table = table.replace_schema_metadata(metadata)

@@ -1,4 +1,4 @@
-"""Version leases: "someone is reading version V of this table, keep its files" (issue 9).
+"""Version leases: "someone is reading version V of this table, keep its files".
 
 A reader takes a lease on the version it reads and renews it while it reads; vacuum asks
 :meth:`LeaseStore.oldest_leased_version` / :meth:`LeaseStore.leased_versions` and never
