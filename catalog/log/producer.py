@@ -287,7 +287,7 @@ class SharedProducer:
         return landed
 
 
-_Key = tuple[int, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+_Key = tuple[int, str, float, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
 _registry: dict[_Key, SharedProducer] = {}
 _registry_lock = threading.Lock()
 _inherited: list[Client] = []
@@ -296,10 +296,11 @@ _inherited: list[Client] = []
 
 def _key(config: Config) -> _Key:
     """What makes two configs share a producer: the process (a forked child never uses its
-    parent's client), the client's settings, and where they came from (named in errors)."""
-    settings = producer_config(config, MESSAGE_MAX_BYTES, linger_ms=LINGER_MS)
-    plain = tuple(sorted((k, str(v)) for k, v in settings.items() if not callable(v) and k != "logger"))
-    return os.getpid(), plain, tuple(sorted(config.kafka_origins.items()))
+    parent's client), what the client's settings are made of (``clients.producer_config``), and
+    where they came from (named in errors). Nothing is checked here: the first record does it."""
+    kafka = tuple(sorted((k, str(v)) for k, v in config.kafka.items()))
+    origins = tuple(sorted(config.kafka_origins.items()))
+    return os.getpid(), config.bootstrap_servers, config.request_timeout_s, kafka, origins
 
 
 def hold_producer(owner: object, config: Config) -> weakref.finalize[[], object]:
