@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, TableDropped
 from segcat.catalog.log.clients import admin_config
-from segcat.catalog.log.commit_producer import produce_commit
+from segcat.catalog.log.producer import write_commit
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.names import TableName
@@ -117,9 +117,7 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
     # A rejected commit whose id comes back later, accepted (both ≤ P and > P).
     retried = str(uuid.uuid4())
     write_load(pconfig, name, 18, seed=3)
-    produce_commit(
-        pconfig, tname, _raw(name, Operation.COMPACT, retried, 0, drops=("no-such-segment",)), 1 << 20
-    )
+    write_commit(pconfig, tname, _raw(name, Operation.COMPACT, retried, 0, drops=("no-such-segment",)))
     write_load(pconfig, name, 12, seed=4)
     with running_materializer(pconfig, pattern):
         wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
@@ -129,12 +127,9 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
         assert verdicts_before[end_before - 12 - 0][0] in {"ACCEPTED", "REJECTED"}
 
         # The retried id goes to the log again after P, accepted this time.
-        retry_offset = produce_commit(
-            pconfig,
-            tname,
-            _raw(name, Operation.APPEND, retried, end_before, adds=(segment("retried"),)),
-            1 << 20,
-        )
+        retry_offset = write_commit(
+            pconfig, tname, _raw(name, Operation.APPEND, retried, end_before, adds=(segment("retried"),))
+        ).offset
         assert table.expect_accepted(_raw(name, Operation.APPEND, retried, 0), retry_offset) == retry_offset
         with pytest.raises(InvalidArgument):
             table.prune_log(retain_versions=0)

@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from segcat.catalog.errors import (
     TableNotFound,
     TablePurging,
 )
+from segcat.catalog.log.producer import Delivery
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, versions
 from segcat.catalog.protocol.model import Commit, Operation, Protocol, Segment
@@ -75,13 +77,13 @@ def test_an_undrop_that_lands_first_stops_the_purge_before_it_deletes_anything(
     pconfig: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table, files = _dropped_table(pconfig, 5)
-    real = purge_module.produce_commit
+    real = purge_module.write_commit
 
-    def undrop_first(*args: object, **kwargs: object) -> int:
+    def undrop_first(*args: Any, **kwargs: Any) -> Delivery:
         table.undrop()  # lands between the purge's look at the head and its fence
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(purge_module, "produce_commit", undrop_first)
+    monkeypatch.setattr(purge_module, "write_commit", undrop_first)
     with pytest.raises(PurgeStopped, match="before deleting anything"):
         purge(Catalog(pconfig), table)
     _readable(table, files)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from segcat.catalog.config import Config
+from segcat.catalog.log.producer import Delivery
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.read import lookup
 from segcat.catalog.read import table as table_module
@@ -219,16 +220,16 @@ def test_segments_of_a_redis_view_from_the_empty_frame(
     ns, pattern = namespace()
     name = f"{ns}.fresh"
     store = RedisStore.from_config(mconfig)
-    real_produce = table_module.produce_commit
+    real_produce = table_module.write_commit
 
-    def after_the_empty_frame(*args: Any, **kwargs: Any) -> int:
+    def after_the_empty_frame(*args: Any, **kwargs: Any) -> Delivery:
         deadline = time.monotonic() + 60
         while store.keyframe_version(name) != -1:
             assert time.monotonic() < deadline, "the empty table's frame never reached redis"
             time.sleep(0.05)
-        return int(real_produce(*args, **kwargs))
+        return real_produce(*args, **kwargs)
 
-    monkeypatch.setattr(table_module, "produce_commit", after_the_empty_frame)
+    monkeypatch.setattr(table_module, "write_commit", after_the_empty_frame)
     with running_materializer(mconfig, pattern):
         table = Catalog(mconfig).create_table(name)
         with TableWriter(mconfig, name) as writer:

@@ -153,6 +153,53 @@ def test_reader_principal_cannot_commit(secure: SecureStack) -> None:
     assert after.snapshot().version == before and after.snapshot().live_count == 1
 
 
+def _segcat(secure: SecureStack, principal: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``segcat`` command as ``principal``, in a process of its own."""
+    env = {
+        **os.environ,
+        **stack.client_environment(secure.settings, principal),
+        "SEGCAT_WAREHOUSE": str(secure.warehouse),
+        "SEGCAT_HOME": str(secure.settings.home / "client"),
+        "SEGCAT_REQUEST_TIMEOUT_S": "15",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "from segcat.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_table_administration_without_write_is_not_authorized(secure: SecureStack) -> None:
+    """Drop, undrop and purge by a principal that may read the topic but not write it: the
+    same ``NotAuthorized`` (exit 6, one line, no traceback) as a refused data commit, nothing
+    written. Each writes through the one producer path and its one mapping of Kafka's errors."""
+    name = f"secure.a_{uuid.uuid4().hex[:8]}"
+    writer_cfg = secure.config("writer")
+    table = Catalog(writer_cfg).create_table(name)
+    with TableWriter(writer_cfg, name) as writer:
+        writer.append([segment("kept", "p1")])
+    end = table.log_end()
+
+    def refused(*args: str) -> str:
+        result = _segcat(secure, "reader", *args)
+        assert result.returncode == 6, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: NotAuthorized"), result.stderr
+        assert "principal 'reader'" in lines[0] and "nothing was written" in lines[0]
+        assert table.log_end() == end, "a refused administration wrote a record"
+        return lines[0]
+
+    refused("table", "drop", name)
+    assert not table.snapshot().dropped
+    table.drop()
+    end = table.log_end()
+    refused("table", "undrop", name)
+    refused("table", "purge", name, "--yes")
+    assert table.snapshot(include_dropped=True).dropped
+
+
 def test_wrong_password_names_the_setting(secure: SecureStack) -> None:
     wrong = "not-the-password-" + uuid.uuid4().hex[:6]
     cfg = client_config(

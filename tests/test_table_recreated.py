@@ -24,6 +24,7 @@ from segcat.catalog.errors import (
     TableNotFound,
     VersionNotFound,
 )
+from segcat.catalog.log.producer import Delivery
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import rules
@@ -198,10 +199,10 @@ def test_a_creation_that_fails_midway_leaves_no_topic(
 def test_a_creation_whose_commit_is_not_delivered_leaves_no_topic(
     config: Config, table_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def undelivered(*_: object) -> int:
+    def undelivered(*_: object) -> Delivery:
         raise ServiceUnavailable("no delivery report (the test)")
 
-    monkeypatch.setattr(table_module, "produce_commit", undelivered)
+    monkeypatch.setattr(table_module, "write_commit", undelivered)
     with pytest.raises(ServiceUnavailable, match="nothing was created"):
         Catalog(config).create_table(table_name)
     with pytest.raises(TableNotFound):

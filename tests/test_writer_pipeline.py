@@ -12,14 +12,16 @@ import threading
 import uuid
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, InvalidArgument, MalformedCommit, NotAuthorized, SegcatError
+from segcat.catalog.log.producer import SharedProducer
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied, replay
@@ -281,20 +283,31 @@ _REFUSED = KafkaError(
 class _FatallyRefusing:
     """A producer after librdkafka's fatal error, as confluent-kafka shows it: serving the queue
     raises the cause (``cause_once``: only the first time, then ``produce`` says only ``_FATAL``,
-    as measured against a broker refusing the PID; otherwise every time, records purged unsent)."""
+    as measured against a broker refusing the PID; otherwise every time, records purged unsent).
+    It is the real producer until the principal is ``refused`` (every client from then on)."""
 
-    def __init__(self, real: object, *, cause_once: bool) -> None:
+    def __init__(self, real: Producer, refused: threading.Event, *, cause_once: bool) -> None:
         self._real = real
+        self._refused = refused
         self._cause_once = cause_once
         self._cause_told = False
 
-    def produce(self, *_: object, **__: object) -> None:
+    @property
+    def refusing(self) -> bool:
+        return self._refused.is_set()
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        if not self.refusing:
+            return self._real.produce(*args, **kwargs)
         if self._cause_once:
             raise KafkaException(
                 KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
             )
+        return None
 
-    def _serve(self, *_: object) -> int:
+    def _serve(self, *args: Any) -> int:
+        if not self.refusing:
+            return self._real.poll(*args)
         if self._cause_once and self._cause_told:
             return 0
         self._cause_told = True
@@ -302,8 +315,8 @@ class _FatallyRefusing:
 
     poll = flush = _serve
 
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._real, name)
+    def __len__(self) -> int:
+        return len(self._real)
 
 
 @pytest.mark.parametrize("cause_once", [False, True], ids=["raised-by-every-poll", "told-once"])
@@ -314,11 +327,15 @@ def test_a_fatal_refusal_fails_commits_typed(config: Config, table: Table, cause
     met it again) or, when ``produce`` came first and said only ``_FATAL``, ServiceUnavailable.
     Now every commit in flight and every later one gets ``NotAuthorized`` naming the principal,
     and closing the writer raises nothing over it."""
-    with TableWriter(config, table.name.qualified) as writer:
+    refused = threading.Event()
+
+    def client(settings: dict[str, Any]) -> Producer:
+        return _FatallyRefusing(Producer(settings), refused, cause_once=cause_once)  # type: ignore[return-value]
+
+    shared = SharedProducer(config, client_factory=client)
+    with TableWriter(config, table.name.qualified, producer=shared) as writer:
         writer.append([segment("kept")])
-        pipeline = writer._pipeline
-        refusing = _FatallyRefusing(pipeline._producer, cause_once=cause_once)
-        pipeline._producer = writer._producer = refusing  # type: ignore[assignment]
+        refused.set()
         with pytest.raises(NotAuthorized, match="nothing was written"):
             writer.append([segment("refused")])
         with pytest.raises(NotAuthorized):

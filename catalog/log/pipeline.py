@@ -1,10 +1,12 @@
 """``CommitPipeline``: a writer's commits in flight, produced in submit order and judged together.
 
 ``TableWriter.submit`` hands each checked, encoded commit to ``send``, which produces it at
-once; records may linger ``LINGER_MS`` so that those submitted together share a produce
-request. The *judge's work* is one round: serve the delivery reports, catch the writer's
-follower up to the highest delivered offset (one fetch and one replay for every commit
-delivered by then), and settle each future by its own record's verdict.
+once through the config's ``SharedProducer`` (the one producer of every record a client
+writes, with the one mapping of failures to typed errors, ``write_errors``); records may
+linger ``LINGER_MS`` so that those submitted together share a produce request. The *judge's
+work* is one round: serve the delivery reports, catch the writer's follower up to the highest
+delivered offset (one fetch and one replay for every commit delivered by then), and settle
+each future by its own record's verdict.
 
 Who does that work: a daemon thread, the *judge*, for commits nobody waits for; a thread
 that blocks on a fresh commit (``commit()``, or ``result()`` right after ``submit``) does it
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -38,9 +40,9 @@ from segcat.catalog.errors import (
     SegcatError,
     ServiceUnavailable,
 )
-from segcat.catalog.log import refusals
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.log.topics import unreachable_hint
+from segcat.catalog.log.producer import FLUSH_S, LINGER_MS, POLL_S, SharedProducer
+from segcat.catalog.log.write_errors import retriable, write_error
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Verdict
@@ -53,13 +55,8 @@ ToVersion = Callable[[Verdict], int]
 
 DEFAULT_MAX_IN_FLIGHT = 1024
 """Commits one writer holds unresolved before ``submit`` waits: bounds memory and the producer queue."""
-LINGER_MS = 5
-"""How long a submitted record may wait for others to share its produce request (Kafka 4's
-Java default). Nobody waits it out who blocks: ``CommitFuture.result`` flushes at once."""
-FLUSH_S = 0.001
-"""A blocked caller's flush: returns when the producer's queue is empty, at the latest after this."""
-POLL_S = 0.01
-"""The judge's longest wait for a delivery report before it looks for blocked callers again."""
+
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "LINGER_MS", "CommitFuture", "CommitPipeline"]
 
 
 class CommitFuture(Future[int]):
@@ -109,7 +106,7 @@ class CommitPipeline:
         self,
         config: Config,
         name: TableName,
-        producer: Producer,
+        producer: SharedProducer,
         follower: Follower,
         lock: threading.RLock,
         outcome: ToVersion,
@@ -117,7 +114,9 @@ class CommitPipeline:
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
-        """``lock`` must be the follower's guard; ``outcome`` turns our verdicts into results."""
+        """``lock`` must be the follower's guard; ``outcome`` turns our verdicts into results.
+        ``producer`` may serve other tables too: a delivery report reaches this pipeline whichever
+        thread serves it."""
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise InvalidArgument(f"max_in_flight must be a positive integer, not {max_in_flight!r}")
         self._config = config
@@ -148,11 +147,6 @@ class CommitPipeline:
         self._unflushed = 0
         """Records sent for waiting threads since the last flush (under ``lock``)."""
         self._broken: BaseException | None = None
-        self._poll_lock = threading.Lock()
-        """Held while the producer's queue is served (``poll`` / ``flush``)."""
-        self._fatal: KafkaException | None = None
-        """What made the producer fatal (e.g. no idempotent-write right), as serving its queue raised
-        it: librdkafka reports the cause once; later ``produce`` calls only say ``_FATAL``."""
         self._thread = threading.Thread(target=self._run, name=f"segcat-judge-{name.qualified}", daemon=True)
         self._thread.start()
 
@@ -214,44 +208,22 @@ class CommitPipeline:
         while True:
             try:
                 self._producer.produce(
-                    self._name.topic, value=entry.value, key=entry.key, on_delivery=delivered
+                    self._name.topic, key=entry.key, value=entry.value, on_delivery=delivered
                 )
                 return
             except BufferError:  # the producer's queue is full: let the judge drain it
                 if time.monotonic() > deadline:
                     raise ServiceUnavailable(f"{doing}: the producer queue stayed full") from None
                 time.sleep(0.005)
-            except KafkaException as exc:  # a fatal producer error (e.g. no idempotent-write right)
-                cause = self._fatal_cause(exc)
-                refusals.raise_refusal(cause, self._config, doing)
-                hint = unreachable_hint(self._config)
-                raise ServiceUnavailable(f"{doing} failed: {cause}; {hint}") from exc
+            except KafkaException as exc:  # the producer stopped (e.g. no idempotent-write right)
+                raise write_error(exc, self._config, doing) from exc
 
     def _serve(self, *, urgent: bool) -> None:
         """Serve the producer's queue (delivery reports; ``urgent``: flush what lingers first)."""
-        with self._poll_lock:
-            try:
-                if urgent:
-                    self._producer.flush(FLUSH_S)
-                else:
-                    self._producer.poll(0 if self._reports or self._delivered else POLL_S)
-            except KafkaException as exc:
-                self._fatal = self._fatal or exc
-                raise
-
-    def _fatal_cause(self, exc: KafkaException) -> KafkaException:
-        """The error behind a ``produce`` that failed as ``_FATAL``: serving the queue raises it
-        once, here or in whichever thread served it first (under ``_poll_lock`` either way)."""
-        err = refusals.kafka_error(exc)
-        if err is None or err.code() != KafkaError._FATAL:
-            return exc
-        with self._poll_lock:
-            if self._fatal is None:
-                try:
-                    self._producer.poll(0)
-                except KafkaException as raised:
-                    self._fatal = raised
-        return self._fatal or exc
+        if urgent:
+            self._producer.flush(FLUSH_S)
+        else:
+            self._producer.poll(0 if self._reports or self._delivered else POLL_S)
 
     # ------------------------------------------------------------------ following
 
@@ -383,10 +355,7 @@ class CommitPipeline:
         try:
             self._serve(urgent=urgent)
         except KafkaException as exc:  # fatal (e.g. no idempotent-write right): nothing in flight lands
-            doing = f"writing to {self._name.topic}"
-            error = refusals.refusal(exc, self._config, doing) or ServiceUnavailable(
-                f"{doing} failed: {exc}; {unreachable_hint(self._config)}"
-            )
+            error = write_error(exc, self._config, f"writing to {self._name.topic}")
             self._broken = error
             self.fail_all(error)
             return
@@ -425,11 +394,15 @@ class CommitPipeline:
 
     def _delivery_failed(self, entry: InFlight, err: KafkaError | None) -> None:
         """Re-send the very same record (its commit id makes a duplicate harmless), after
-        checking that the earlier attempt did not reach the log after all."""
+        checking that the earlier attempt did not reach the log after all. A failure that is the
+        broker's answer about the record (``write_errors.retriable``: refused, no topic, too large)
+        fails the commit at once."""
         cid = entry.commit_id
-        problem = refusals.refusal(err, self._config, f"writing commit {cid} to {self._name.topic}")
-        if problem is not None:
-            self._fail(entry, problem)
+        error = write_error(
+            self._producer.cause(err), self._config, f"writing commit {cid} to {self._name.topic}"
+        )
+        if not retriable(error):
+            self._fail(entry, error)
             return
         log.warning("commit %s: delivery failed (attempt %d/%d): %s", cid, entry.attempt, entry.attempts, err)
         try:

@@ -13,7 +13,7 @@ import os
 import time
 
 from segcat.catalog.errors import InvalidArgument, ServiceUnavailable
-from segcat.catalog.log.commit_producer import produce_commit_timed
+from segcat.catalog.log.producer import write_commit
 from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Commit, Intent, Operation, Protocol
 from segcat.catalog.read.table import Table
@@ -42,7 +42,7 @@ def now_ms(table: Table, protocol: Protocol, base_version: int) -> int:
         timestamp_ms=int(time.time() * 1000),
         intent=Intent(Commit.new_id(), CLOCK_PREFIX, 0),
     )
-    offset, stamped = produce_commit_timed(table.config, table.name, commit, table.info.max_message_bytes)
+    offset, stamped = write_commit(table.config, table.name, commit)
     return stamped if stamped is not None else record_time_ms(table, offset)
 
 

@@ -16,11 +16,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, Message, Producer
-
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ServiceUnavailable
-from segcat.catalog.log.clients import producer_config
+from segcat.catalog.log import producer
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.names import TableName
@@ -118,33 +115,9 @@ def plan_prune(
 
 
 def write_nulls(config: Config, name: TableName, keys: tuple[bytes, ...]) -> None:
-    """Produce a null-value record for each key (idempotent producer, acks=all) and wait for all."""
-    if not keys:
-        return
-    producer = Producer(producer_config(config, 1_000_000))
-    failures: list[KafkaError] = []
-    delivered = 0
-
-    def report(err: KafkaError | None, _: Message) -> None:
-        nonlocal delivered
-        delivered += 1
-        if err is not None:
-            failures.append(err)
-
-    for key in keys:
-        while True:
-            try:
-                producer.produce(name.topic, key=key, value=None, on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    deadline = time.monotonic() + config.request_timeout_s + 10
-    while delivered < len(keys) and time.monotonic() < deadline:
-        producer.poll(0.05)
-    producer.flush(1)
-    if failures or delivered < len(keys):
-        why = failures[0] if failures else "timed out"
-        raise ServiceUnavailable(f"could not write the pruning records to {name.topic}: {why}")
+    """Produce a null-value record for each key (the shared idempotent producer, acks=all) and
+    wait for all; the typed error of the first that failed."""
+    producer.write_nulls(config, name, keys)
 
 
 def marker_properties(plan: PrunePlan) -> dict[str, str | None]:

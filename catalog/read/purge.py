@@ -28,8 +28,8 @@ from types import TracebackType
 from typing import NoReturn
 
 from segcat.catalog.errors import InvalidArgument, PurgeStopped, ServiceUnavailable
-from segcat.catalog.log.commit_producer import produce_commit
 from segcat.catalog.log.follower import Follower
+from segcat.catalog.log.producer import write_commit
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Commit, Operation, Protocol
@@ -195,7 +195,7 @@ class _Watch:
             timestamp_ms=int(time.time() * 1000),
             table_properties={lifecycle.PURGE_PROPERTY: Commit.new_id()},
         )
-        offset = produce_commit(self.table.config, self.table.name, commit, self.table.info.max_message_bytes)
+        offset = write_commit(self.table.config, self.table.name, commit).offset
         self.follower.catch_up(offset, listener=self._listen, exact=True)
         if self.state.purging_version >= 0:  # ours, or a concurrent purge's that came first
             return self.state.purging_version

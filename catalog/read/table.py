@@ -29,8 +29,8 @@ from segcat.catalog.errors import (
     VersionExpired,
     VersionNotFound,
 )
-from segcat.catalog.log.commit_producer import produce_commit
 from segcat.catalog.log.follower import Follower
+from segcat.catalog.log.producer import hold_producer, write_commit
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
 from segcat.catalog.protocol import lifecycle, locations, versions
@@ -77,6 +77,8 @@ class Catalog:
         self._admin: TopicAdmin | None = None
         self.redis = RedisStore.from_config(self.config) if use_redis else None
         self.store = ObjectStore.from_config(self.config)
+        self._producer_hold = hold_producer(self, self.config)
+        """One producer for every record its tables write, opened by the first (``SharedProducer``)."""
 
     @property
     def admin(self) -> TopicAdmin:
@@ -114,7 +116,7 @@ class Catalog:
                 table_properties={LOCATION_PROPERTY: root},
                 protocol=versions.new_table_protocol(),
             )
-            offset = produce_commit(self.config, parsed, commit, info.max_message_bytes)
+            offset = write_commit(self.config, parsed, commit).offset
             table.expect_accepted(commit, offset)
         except BaseException as exc:  # interrupted too: no topic without its first commit
             self._undo_creation(parsed, exc)
@@ -443,7 +445,7 @@ class Table:
             table_properties=changes,
             protocol=protocol,
         )
-        offset = produce_commit(self.config, self.name, commit, self.info.max_message_bytes)
+        offset = write_commit(self.config, self.name, commit).offset
         return self.expect_accepted(commit, offset)
 
     def expect_accepted(self, commit: Commit, offset: int) -> int:

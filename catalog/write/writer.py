@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
-
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     ColumnTypeConflict,
@@ -32,9 +30,9 @@ from segcat.catalog.errors import (
     MalformedCommit,
     TableDropped,
 )
-from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, LINGER_MS, CommitFuture, CommitPipeline
+from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, CommitFuture, CommitPipeline
+from segcat.catalog.log.producer import SharedProducer
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
@@ -166,6 +164,7 @@ class TableWriter:
         on_applied: Listener | None = None,
         from_keyframe: bool = True,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        producer: SharedProducer | None = None,
     ) -> None:
         """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies
         (on the writer's judge thread, with the image locked: it must not block on the writer).
@@ -173,6 +172,8 @@ class TableWriter:
         The image starts from the newest valid key frame on object storage when there is one
         (``from_keyframe``), so opening a writer on a long log does not replay it from offset 0.
         ``max_in_flight`` bounds the commits ``submit`` keeps unresolved before it waits.
+        Commits go through ``producer`` (default: the one ``config`` shares in this process,
+        ``SharedProducer.acquire``), held while the writer is open.
         """
         self.name = table_name(table)
         self.config = config
@@ -181,28 +182,33 @@ class TableWriter:
         self.max_message_bytes = info.max_message_bytes
         self._lock = threading.RLock()
         """Guards the image: held while it changes and while a commit is prejudged and produced."""
-        self._producer = Producer(producer_config(config, info.max_message_bytes, linger_ms=LINGER_MS))
         # bound to this topic's log: a key frame or archive of a table that had the name before
         # is never this writer's image (docs/PROTOCOL.md §6, *Which log*)
         files = (
             TableFiles(ObjectStore.from_config(config), self.name, info.topic_id) if from_keyframe else None
         )
         self._follower = Follower.from_keyframe(config, self.name, files, full=True, guard=self._lock)
+        self._producer = producer.hold() if producer is not None else SharedProducer.acquire(config)
         self._caught_up = False
         """Whether the image has read the log's end at least once (before that it is a key frame's)."""
         self._intents: list[WriteIntent] = []
         self._ids = CommitIds()
         self._closed = False
-        self._pipeline = CommitPipeline(
-            config,
-            self.name,
-            self._producer,
-            self._follower,
-            self._lock,
-            self._outcome,
-            on_applied,
-            max_in_flight=max_in_flight,
-        )
+        try:
+            self._pipeline = CommitPipeline(
+                config,
+                self.name,
+                self._producer,
+                self._follower,
+                self._lock,
+                self._outcome,
+                on_applied,
+                max_in_flight=max_in_flight,
+            )
+        except BaseException:
+            self._producer.release()
+            self._follower.close()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -223,10 +229,7 @@ class TableWriter:
             intent.abort()
         self._pipeline.close(self.config.request_timeout_s + 5)
         self._closed = True
-        try:
-            self._producer.flush(self.config.request_timeout_s)
-        except KafkaException as exc:  # fatal (e.g. refused): every commit in flight already failed with it
-            log.debug("producer flush at close: %s", exc)
+        self._producer.release()
         self._follower.close()
 
     # ------------------------------------------------------------------ state
