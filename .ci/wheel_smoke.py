@@ -53,7 +53,8 @@ def table_round_trip(warehouse: str) -> str:
 
     env = dict(os.environ, SEGCAT_WAREHOUSE=warehouse)
     for key in ("SEGCAT_BOOTSTRAP_SERVERS", "SEGCAT_REDIS_URL"):
-        env[key] = env.get(key.replace("SEGCAT_", "SEGCAT_TEST_", 1)) or env[key]
+        env[key] = env.get(key.replace("SEGCAT_", "SEGCAT_TEST_", 1)) or env.get(key, "")
+        assert env[key], f"no test stack: set {key.replace('SEGCAT_', 'SEGCAT_TEST_', 1)} or {key}"
     os.environ.update(env)  # for the `segcat show` below
     config = Config.load(env=env)
     name = f"smoke.wheel_{uuid.uuid4().hex[:12]}"

@@ -15,7 +15,9 @@ extras=("" spark server materializer stack all)
 started=$SECONDS
 log() { printf '\033[1;34m[wheel-smoke]\033[0m %s\n' "$*" >&2; }
 
-rm -rf "$work"
+# setuptools builds through build/lib and never empties it: a module deleted or a package
+# dropped from pyproject would still ship from there
+rm -rf "$work" build/lib build/bdist.*
 mkdir -p "$work/dist"
 "$python" -m pip wheel --no-deps --quiet --wheel-dir "$work/dist" .
 wheel=$(echo "$work"/dist/segcat-*.whl)
