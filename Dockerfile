@@ -23,10 +23,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SEGCAT_HOME=/var/lib/segcat
 
 WORKDIR /src
-# Only what the package needs: keeps .venv/.segcat (jars, broker data) out of the image.
-COPY pyproject.toml README.md ./
-# catalog/protocol/_schemas links to ../../schemas: the Avro schemas ship inside the package;
-# segcat/ links each folder into the one segcat.* namespace the wheel installs
+# Only what the wheel is built from: keeps .venv/.segcat (jars, broker data) out of the image.
+# pyproject's package-dir maps each folder to segcat.<folder> (docs/ARCHITECTURE.md, "Packaging").
+COPY pyproject.toml README.md LICENSE ./
+COPY segcat ./segcat
 COPY schemas ./schemas
 COPY catalog ./catalog
 COPY producers ./producers
@@ -36,8 +36,12 @@ COPY cli ./cli
 COPY local_stack ./local_stack
 COPY server ./server
 COPY --from=web /web/vendor ./server/static/vendor
-COPY segcat ./segcat
-RUN pip install . && rm -rf /src/build
+# The wheel with the extras this image runs: the materializer, `segcat serve` and Spark jobs
+# (the local stack is docker-compose's Kafka and Redis here, so no [stack]).
+RUN pip wheel --no-deps --wheel-dir /tmp/dist . \
+    && wheel=$(echo /tmp/dist/segcat-*.whl) \
+    && pip install "${wheel}[materializer,server,spark]" \
+    && rm -rf /src/build /tmp/dist
 
 RUN useradd --create-home --uid 10001 segcat && mkdir -p /var/lib/segcat \
     && chown segcat /var/lib/segcat

@@ -187,6 +187,16 @@ class ArchiveGap(SegcatError):
         super().__init__(detail)
 
 
+class MissingExtra(SegcatError, ImportError):
+    """The code asked for needs optional dependencies this install lacks (pyproject's extras:
+    ``spark``, ``server``, ``materializer``, ``stack``); the message names the ``pip install``
+    that brings them (``catalog/extras.py``)."""
+
+    def __init__(self, detail: str, *, extras: tuple[str, ...]) -> None:
+        self.extras = extras
+        super().__init__(detail)
+
+
 # ---------------------------------------------------------------------------- exit codes
 
 EXIT_ERROR = 1

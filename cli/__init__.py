@@ -2,7 +2,9 @@
 
 Every failure ends in one line on stderr and an exit code a script can act on
 (README, "Exit codes"): 2 invalid input, 3 conflict, 4 not found, 5 service unavailable,
-1 anything else. A traceback is printed only with ``-vv``.
+1 anything else. A traceback is printed only with ``-vv``. The commands that need an extra
+(``stack``, ``demo``, ``serve``, ``materializer``) load their code when they run, so the base
+install runs everything else and a missing extra is one ``MissingExtra`` line.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from importlib import metadata
+from typing import Any
 
 import click
 
@@ -19,16 +23,16 @@ from segcat.catalog.errors import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     EXIT_INVALID,
+    MissingExtra,
     SegcatError,
 )
 from segcat.catalog.errors import exit_code as error_exit_code
+from segcat.catalog.extras import install_hint, missing_extra, requires
 from segcat.cli.commit_cmd import commit_cmd
-from segcat.cli.demo import demo_cmd
 from segcat.cli.lease_cmds import leases_cmd
 from segcat.cli.lifecycle_cmds import prune_cmd, vacuum_cmd
 from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.service_cmds import watch_cmd
-from segcat.cli.stack_cmds import stack
 from segcat.cli.table_cmds import table
 
 
@@ -77,27 +81,88 @@ def _version() -> str:
         return "unknown"
 
 
-class _Segcat(click.Group):
-    """``segcat``, with ``segcat materializer`` mounted from ``segcat.materializer.command`` when asked for.
+def _materializer() -> click.Command:
+    from segcat.materializer.command import materializer_cmd
 
-    Mounted lazily because that module runs ``python -m segcat.materializer`` on its own and uses
-    this package's parameter types: importing it here at load time would be a cycle.
+    return materializer_cmd
+
+
+def _serve() -> click.Command:
+    from segcat.server.command import serve_cmd
+
+    _with_verbosity(serve_cmd)
+    return serve_cmd
+
+
+def _stack() -> click.Command:
+    from segcat.cli.stack_cmds import stack
+
+    _with_verbosity(stack)
+    return stack
+
+
+def _demo() -> click.Command:
+    from segcat.cli.demo import demo_cmd
+
+    _with_verbosity(demo_cmd)
+    return demo_cmd
+
+
+_ON_DEMAND: dict[str, tuple[Callable[[], click.Command], tuple[str, ...]]] = {
+    "demo": (_demo, ("stack", "materializer")),
+    "materializer": (_materializer, ("materializer",)),
+    "serve": (_serve, ("server",)),
+    "stack": (_stack, ("stack",)),
+}
+"""The commands that need an extra: how to load each, and the extras it needs."""
+
+
+def _not_installed(name: str, missing: MissingExtra) -> click.Command:
+    """A stand-in for a command whose extra is missing: listed in ``--help``, fails when run."""
+
+    def fail(**_: Any) -> None:
+        raise missing
+
+    return click.Command(
+        name,
+        callback=fail,
+        help=f"Not installed: {install_hint(missing.extras)}.",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
+class _Segcat(click.Group):
+    """``segcat``, with the commands of ``_ON_DEMAND`` loaded when asked for.
+
+    They load on demand because their code needs an extra the base install lacks, and because
+    ``segcat.materializer.command`` runs ``python -m segcat.materializer`` on its own and uses
+    this package's parameter types: importing it here at load time would be a cycle. A module of
+    a missing extra, whether the command's import or its run needs it, ends as ``MissingExtra``.
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), "materializer", "serve"})
+        return sorted({*super().list_commands(ctx), *_ON_DEMAND})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name == "materializer":
-            from segcat.materializer.command import materializer_cmd
+        if cmd_name not in _ON_DEMAND:
+            return super().get_command(ctx, cmd_name)
+        load, extras = _ON_DEMAND[cmd_name]
+        try:
+            with requires(f"segcat {cmd_name}", *extras):
+                return load()
+        except MissingExtra as missing:
+            return _not_installed(cmd_name, missing)
 
-            return materializer_cmd
-        if cmd_name == "serve":
-            from segcat.server.command import serve_cmd
-
-            _with_verbosity(serve_cmd)
-            return serve_cmd
-        return super().get_command(ctx, cmd_name)
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            name = ctx.invoked_subcommand or ""
+            error = missing_extra(exc, f"segcat {name}", _ON_DEMAND[name][1]) if name in _ON_DEMAND else None
+            if error is None:
+                raise
+            raise error from exc
 
 
 @click.group(cls=_Segcat, context_settings={"help_option_names": ["-h", "--help"]})
@@ -115,13 +180,11 @@ def cli(ctx: click.Context, config_path: str | None) -> None:
 
 cli.params.insert(0, _verbose_option())
 for _command in (
-    stack,
     table,
     commit_cmd,
     log_cmd,
     show_cmd,
     diff_cmd,
-    demo_cmd,
     watch_cmd,
     leases_cmd,
     prune_cmd,

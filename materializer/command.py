@@ -16,6 +16,7 @@ import click
 from segcat.catalog import logs
 from segcat.catalog.config import Config
 from segcat.catalog.errors import EXIT_INTERRUPTED, EXIT_INVALID, SegcatError, exit_code
+from segcat.catalog.extras import requires
 
 
 @click.command("materializer")
@@ -75,11 +76,12 @@ def materializer_cmd(
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the command; a failure (busy port, fenced instance, …) is one line on stderr."""
     try:
-        materializer_cmd.main(
-            list(sys.argv[1:] if argv is None else argv),
-            prog_name="segcat materializer",
-            standalone_mode=False,
-        )
+        with requires("segcat materializer", "materializer"):
+            materializer_cmd.main(
+                list(sys.argv[1:] if argv is None else argv),
+                prog_name="segcat materializer",
+                standalone_mode=False,
+            )
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:

@@ -22,7 +22,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -48,7 +48,7 @@ OTHER_TABLE = "ns.other"
 PARTITIONS: tuple[str, ...] = ("2024-01", "2024-02", "2024-03")
 PREDICATES: tuple[str, ...] = ("id = 3", "country = 'NZ'", "ts < TIMESTAMP '2024-01-15 00:00:00'")
 PROPERTY_KEYS: tuple[str, ...] = ("owner", "retention.days", "format-version")
-V1_SCHEMA: Path = codec.SCHEMA_DIR / "history" / "segcat.Commit.v1.avsc"
+V1_SCHEMA: Traversable = codec.SCHEMA_DIR / "history" / "segcat.Commit.v1.avsc"
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

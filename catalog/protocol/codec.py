@@ -11,8 +11,10 @@ import datetime as dt
 import io
 import json
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from functools import cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import fastavro
@@ -35,7 +37,8 @@ from segcat.catalog.protocol.model import (
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
-SCHEMA_DIR = Path(__file__).with_name("_schemas")
+SCHEMA_DIR: Traversable = resources.files("segcat.schemas")
+"""schemas/ (package data): the current layouts, and the older ones under ``history/``."""
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -58,7 +61,7 @@ def _inline(node: Any, named: dict[str, Any]) -> Any:
     return node
 
 
-def _load(path: Path, named: dict[str, Any]) -> _Schema:
+def _load(path: Traversable, named: dict[str, Any]) -> _Schema:
     raw = _inline(json.loads(path.read_text()), dict(named))
     parsed = fastavro.parse_schema(raw)
     fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
@@ -70,7 +73,8 @@ def _schemas() -> tuple[_Schema, dict[bytes, _Schema]]:
     segment = json.loads((SCHEMA_DIR / "segcat.Segment.avsc").read_text())
     current = _load(SCHEMA_DIR / "segcat.Commit.avsc", {"segcat.Segment": segment})
     known = {current.fingerprint: current}
-    for path in sorted((SCHEMA_DIR / "history").glob("segcat.Commit.v*.avsc")):
+    history = [p for p in (SCHEMA_DIR / "history").iterdir() if fnmatch(p.name, "segcat.Commit.v*.avsc")]
+    for path in sorted(history, key=lambda p: p.name):
         old = _load(path, {})
         known[old.fingerprint] = old
     return current, known
@@ -125,7 +129,7 @@ def encode_commit(commit: Commit) -> bytes:
     return out.getvalue()
 
 
-def encode_with_schema(record: dict[str, Any], schema_path: Path) -> bytes:
+def encode_with_schema(record: dict[str, Any], schema_path: Traversable) -> bytes:
     """Encode a raw Avro dict with an explicit (e.g. historical) schema file; for tests/tools."""
     schema = _load(schema_path, {})
     out = io.BytesIO()
