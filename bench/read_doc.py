@@ -439,7 +439,7 @@ def _watch(w: dict[str, Any]) -> list[str]:
 
 SPLIT_LABELS = {
     "keyframes_and_archives": "key frames + commit archives (`write_keyframe`)",
-    "redis_writes": "Redis writes (`_publish` + `flush`)",
+    "redis_writes": "Redis writes (`RedisPublisher.publish` + `flush`)",
     "decode_and_rules": "decode + rules (`rules.apply_record`)",
     "ticks": "ticks (`_tick`)",
     "recovery": "recovery",
@@ -694,7 +694,7 @@ def _analysis_catchup(cu: dict[str, Any]) -> list[str]:
         + ", ".join(f"{SPLIT_LABELS.get(k, k)} took {v:.1f} s" for k, v in split[:3])
         + f" of {mid['seconds_from_ready']:.1f} s. "
         + floor_text
-        + f"Profiled run (whole run): Redis `flush` {s('flush')}, `TableMaterializer.write_keyframe` "
+        + f"Profiled run (whole run): Redis `flush` {s('flush')}, `KeyframePublisher.write_keyframe` "
         f"{s('write_keyframe')} (of which Parquet writes {s('to_parquet')}, `seal` {s('seal')}, `to_ipc` "
         f"{s('to_ipc')}, `put_keyframe` {s('put_keyframe')}, re-encoding segments to Avro in `segment_rows` "
         f"{s('segment_rows')}, and the key-frame metadata — a 20,000-entry dedup window as JSON — dumped by "

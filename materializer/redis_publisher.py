@@ -209,6 +209,9 @@ class RedisPublisher(Publisher):
         return True
 
     def tick(self, image: TableImage) -> None:
+        self.check_redis(image)
+
+    def check_redis(self, image: TableImage) -> None:
         """Notice a flushed or restarted Redis (the head vanished or went back) and rebuild it."""
         if not self.gate.open() or self.catching_up or self._frames.busy:
             return  # (busy: a frame on its way may be what is missing)
