@@ -75,7 +75,7 @@ class FrameOutput(ABC):
         return {}
 
 
-Offer = Callable[[Sequence[FrameOutput]], "FrameOutput | None"]
+Offer = Callable[[Sequence[FrameOutput]], FrameOutput | None]
 """Called with the outputs of a durable frame about to be submitted: an output to add, or None."""
 
 

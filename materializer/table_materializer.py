@@ -1,5 +1,5 @@
 """One table inside the materializer: the loader that turns its log into deltas and images for
-its publishers (as Kafka's ``MetadataLoader`` does for ``MetadataPublisher``\\ s).
+its publishers (as Kafka's ``MetadataLoader`` does for its ``MetadataPublisher`` list).
 
 Data flows one way: log record → rules (the delta) → the image → publishers. Recovery loads
 the newest valid key frame from object storage (committed consumer offsets are never trusted),
