@@ -347,7 +347,7 @@ def _watch_details(w: dict[str, Any]) -> list[str]:
 
 SPLIT_LABELS = {
     "keyframes_and_archives": "key frames + commit archives (`write_keyframe`)",
-    "redis_writes": "Redis writes (`_publish` + `flush`)",
+    "redis_writes": "Redis writes (`RedisPublisher.publish` + `flush`)",
     "decode_and_rules": "decode + rules (`rules.apply_record`)",
     "ticks": "ticks (`_tick`)",
     "recovery": "recovery",

@@ -249,13 +249,15 @@ class SplitClock:
 
 def _instrument(clock: SplitClock) -> None:
     from segcat.catalog.protocol import rules
+    from segcat.materializer.keyframe_publisher import KeyframePublisher
+    from segcat.materializer.redis_publisher import RedisPublisher
     from segcat.materializer.service import Materializer
     from segcat.materializer.table_materializer import TableMaterializer
 
     clock.wrap(rules, "apply_record", "decode_and_rules")
-    clock.wrap(TableMaterializer, "_publish", "redis_writes")
-    clock.wrap(TableMaterializer, "flush", "redis_writes")
-    clock.wrap(TableMaterializer, "write_keyframe", "keyframes_and_archives")
+    clock.wrap(RedisPublisher, "publish", "redis_writes")
+    clock.wrap(RedisPublisher, "flush", "redis_writes")
+    clock.wrap(KeyframePublisher, "write_keyframe", "keyframes_and_archives")
     clock.wrap(TableMaterializer, "recover", "recovery")
     clock.wrap(Materializer, "_tick", "ticks")
 

@@ -63,6 +63,11 @@ class UnknownSchema(DecodeError):
     """The record was written with a schema fingerprint this code does not know."""
 
 
+class MalformedChange(DecodeError, ValueError):
+    """A version-change message (a Redis Pub/Sub event) is not one this code can read; a
+    follower skips it and fills the gap it leaves from the stream or the log."""
+
+
 class ServiceUnavailable(SegcatError):
     """Kafka or Redis did not answer within the configured timeout."""
 

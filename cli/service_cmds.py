@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import click
 
 from segcat.catalog.config import Config
@@ -51,7 +49,7 @@ def watch_cmd(
             console.print(f"watching [bold]{table.name}[/] after version {watcher.last} (Ctrl-C to stop)")
         for change in watcher:
             if as_json:
-                click.echo(dumps(asdict(change)))
+                click.echo(dumps({**change.to_dict(), "source": change.source}))
             else:
                 rows = "" if change.rows_delta is None else f" rows {change.rows_delta:+,}"
                 console.print(

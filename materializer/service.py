@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -54,6 +54,7 @@ from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import endpoints, maintenance, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from segcat.materializer.frame_writer import FrameWriter
+from segcat.materializer.publisher import PublisherFactory
 from segcat.materializer.table_materializer import TableMaterializer
 
 log = logging.getLogger("segcat.materializer")
@@ -190,8 +191,11 @@ class Materializer:
         instance_id: str | None = None,
         session_timeout_ms: int | None = None,
         maintenance_interval_s: float = maintenance.INTERVAL_S,
+        publishers: Sequence[PublisherFactory] = (),
     ) -> None:
+        """``publishers`` make each table's further publishers (after key frames and Redis)."""
         self.config = config
+        self.publishers = tuple(publishers)
         self.maintenance = maintenance.Maintenance(
             config, self._table_facts, interval_s=maintenance_interval_s
         )
@@ -256,6 +260,7 @@ class Materializer:
                 self.gate,
                 self.writer,
                 identify=functools.partial(self._identify, name),
+                publishers=self.publishers,
             )
             with self._lock:
                 self.tables[tp.topic] = table
@@ -319,6 +324,7 @@ class Materializer:
             if parked is not None:
                 metrics.TABLE_PARKED.labels(parked.table).set(0)
             if table is not None:
+                table.close()
                 log.info(
                     "table revoked", extra={"table": table.name.qualified, "version": table.state.version}
                 )
@@ -535,6 +541,10 @@ class Materializer:
             self.stop.set()  # ends the lag thread too
             if self.writer is not None:  # key frames already handed over are written before exit
                 self.writer.close(WRITER_CLOSE_S)
+            with self._lock:
+                left = list(self.tables.values())
+            for table in left:  # the ones no revocation took away
+                table.close()
             self.maintenance.close()
             self._consumer = None
             if served is not None:
@@ -656,7 +666,6 @@ class Materializer:
             if topic not in self.parked:
                 try:
                     table.tick()
-                    table.check_redis()
                 except Exception as exc:  # one table's trouble must not stop the others
                     self._park(consumer, topic, table, exc, offset=table.state.version)
                 resumed = self._resumed_at.get(topic)

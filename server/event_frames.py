@@ -1,18 +1,17 @@
 """Each version's SSE frame encoded once, however many clients it goes to.
 
-Encoding per client would cost the one event loop a serialisation of the same change for every
-connection; the data is encoded once per version, and so is the per-table frame (whose id is
-the version). Only the all-tables stream, whose id is
-each client's own cursor, builds its frame per client, from the shared data.
+The event loop encodes a change's data (``VersionChange.to_json``, the one serialiser) once per
+version, not once per client, and the per-table frame (whose id is the version) once per version
+too. Only the all-tables stream, whose id is each client's own cursor, builds its frame per
+client, from the shared data. The changes reach the feeds from ``watch()`` and the log, which
+name no log (``log_id`` None), so the data is the public event of docs/HTTP_API.md.
 """
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 
-from segcat.catalog.read.watch import VersionChange
-from segcat.server import views
+from segcat.catalog.protocol.version_change import VersionChange
 
 _Key = tuple[str, int, int, str]
 
@@ -27,7 +26,7 @@ class EventFrames:
         key = (change.table, change.version, change.prev_version, change.commit_id)
         found = self._data.get(key)
         if found is None:
-            found = json.dumps(views.version_event(change), separators=(",", ":"))
+            found = change.to_json()
             _remember(self._data, key, found, self._keep)
         return found
 

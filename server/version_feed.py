@@ -27,8 +27,9 @@ from typing import Generic, TypeVar
 
 from segcat.catalog.errors import SegcatError
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.watch import VersionChange, Watcher
+from segcat.catalog.read.watch import Watcher
 from segcat.server.table_scout import TableScout
 
 log = logging.getLogger("segcat.serve")

@@ -1,13 +1,12 @@
-"""The JSON shapes of the API (docs/HTTP_API.md): heads, records, segments, version events."""
+"""The JSON shapes of the API (docs/HTTP_API.md): heads, records, segments (a version event is
+``VersionChange.to_json``, written by ``event_frames``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import TimelineEntry
-from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis import Head
 
 
@@ -98,9 +97,3 @@ def record(entry: TimelineEntry) -> dict[str, Any]:
         "live_rows": entry.live_rows,
         "live_bytes": entry.live_bytes,
     }
-
-
-def version_event(change: VersionChange) -> dict[str, Any]:
-    event = asdict(change)
-    event.pop("source", None)
-    return event

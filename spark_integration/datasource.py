@@ -89,6 +89,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
+from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
 from segcat.catalog.read.lease import HeldLease, try_hold
 from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
@@ -130,6 +131,25 @@ log = logging.getLogger("segcat.spark.stream")
 
 VersionRow = tuple[Any, ...]
 """One row of ``VERSIONS_SCHEMA``."""
+
+
+def version_row(change: VersionChange, live_segments: int | None, properties: dict[str, str]) -> VersionRow:
+    """The row of one accepted version: the change's fields, then the two only an image that judged
+    the version knows (its live segments after, its commit's properties)."""
+    return (
+        change.table,
+        change.version,
+        change.prev_version,
+        dt.datetime.fromtimestamp(change.timestamp_ms / 1000, tz=dt.UTC),
+        change.commit_id,
+        change.operation,
+        list(change.added),
+        list(change.dropped),
+        change.rows_delta,
+        change.bytes_delta,
+        live_segments,
+        properties,
+    )
 
 
 # ---------------------------------------------------------------------------- judging the log
@@ -201,20 +221,9 @@ class VersionFollower:
         delta = applied.delta
         if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None:
             return
-        self._rows[delta.version] = (
-            self._name.qualified,
-            delta.version,
-            delta.prev_version,
-            dt.datetime.fromtimestamp(delta.timestamp_ms / 1000, tz=dt.UTC),
-            delta.commit_id,
-            delta.operation.value,
-            [s.segment_id for s in delta.added],
-            list(delta.dropped),
-            delta.rows_delta,
-            delta.bytes_delta,
-            delta.live_count,
-            dict(delta.commit.properties),
-        )
+        prev = -1 if delta.prev_version is None else delta.prev_version
+        change = change_from_delta(self._name.qualified, prev, delta, "kafka")
+        self._rows[delta.version] = version_row(change, delta.live_count, dict(delta.commit.properties))
 
     def _advance(self, upto: int) -> None:
         """Judge the records after the image, up to offset ``upto``."""

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +36,7 @@ from segcat.catalog.storage.table_files import TableFiles
 from segcat.catalog.write import TableWriter
 from segcat.local_stack.private import PrivateRedis as PrivateRedis
 from segcat.local_stack.private import free_port as free_port
+from segcat.materializer.publisher import PublisherFactory
 from segcat.materializer.service import Materializer
 from tests.factories import segment
 
@@ -66,7 +67,11 @@ _RUNNING: set[Materializer] = set()
 
 @contextmanager
 def running_materializer(
-    config: Config, pattern: str, group: str | None = None, instance_id: str | None = None
+    config: Config,
+    pattern: str,
+    group: str | None = None,
+    instance_id: str | None = None,
+    publishers: Sequence[PublisherFactory] = (),
 ) -> Iterator[Materializer]:
     """A materializer in a thread. Every one gets its own static member id unless told (two
     instances of one group with the same id fence each other)."""
@@ -75,6 +80,7 @@ def running_materializer(
         group_id=group or f"test-{uuid.uuid4().hex[:8]}",
         pattern=pattern,
         instance_id=instance_id or f"test-{uuid.uuid4().hex[:12]}",
+        publishers=publishers,
     )
     started = threading.Event()
     thread = threading.Thread(target=service.run, kwargs={"ready": started.set}, daemon=True)

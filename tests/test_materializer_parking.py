@@ -203,7 +203,8 @@ class Injector:
         def flush(self: TableMaterializer) -> None:
             mine = self.name.qualified == injector.table and injector.kind == "flush"
             try:
-                if mine and self._batch and self.state.version >= injector.from_offset:
+                queued = self.redis is not None and self.redis.queued
+                if mine and queued and self.state.version >= injector.from_offset:
                     injector.fire(self.state.version, RuntimeError("injected: flush blew up"))
                 original_flush(self)
             except Exception as exc:

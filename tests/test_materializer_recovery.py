@@ -20,7 +20,8 @@ from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.materializer.table_materializer import TEMP_GRACE_S, TableMaterializer
+from segcat.materializer.keyframe_publisher import TEMP_GRACE_S
+from segcat.materializer.table_materializer import TableMaterializer
 from tests.factories import segment
 
 NAME = TableName("ns", "t")
@@ -91,7 +92,7 @@ def test_frames_newer_than_a_valid_latest_are_not_called_unreadable(
     assert table.recover() == 3
     assert files.find_newest_valid_keyframe().failed == ()
     assert _warned_versions(caplog) == []
-    assert table._repair == []
+    assert table.keyframes._repair == []
 
 
 def test_exactly_the_frames_that_failed_are_rewritten(

@@ -26,9 +26,9 @@ from redis.retry import Retry
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.watch import VersionChange
-from segcat.catalog.storage.redis import Head, RedisStore, VersionEvent, keys
+from segcat.catalog.storage.redis import Head, RedisStore, keys
 from segcat.catalog.storage.redis import store as redis_store
 from segcat.catalog.storage.redis.leases import LeaseStore
 from segcat.local_stack import process
@@ -453,7 +453,7 @@ def _head(offset: int) -> Head:
     )
 
 
-def _event(name: str) -> VersionEvent:
-    return VersionEvent(
+def _event(name: str) -> VersionChange:
+    return VersionChange(
         table=name, version=0, prev_version=-1, timestamp_ms=1, commit_id="c", operation="APPEND"
     )

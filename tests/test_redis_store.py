@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CorruptKeyFrame, InvalidTableName, ServiceUnavailable
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.storage.redis import (
     Head,
     RecordBatch,
     RedisStore,
     StreamEntry,
-    VersionEvent,
     chain_is_complete,
     keys,
 )
@@ -62,16 +62,16 @@ def head_at(offset: int, version: int | None = None, *, keyframe_version: int = 
     )
 
 
-def event_for(table: str, version: int, prev: int) -> VersionEvent:
-    return VersionEvent(
+def event_for(table: str, version: int, prev: int) -> VersionChange:
+    return VersionChange(
         table=table,
         version=version,
         prev_version=prev,
         timestamp_ms=1_700_000_000_000 + version,
         commit_id=f"c{version}",
         operation="APPEND",
-        added=[f"seg-{version}"],
-        dropped=[],
+        added=(f"seg-{version}",),
+        dropped=(),
         rows_delta=100,
         bytes_delta=10,
     )
@@ -373,14 +373,14 @@ def test_pubsub_delivers_on_both_channels_in_order(store: RedisStore, table: str
         assert got_global == expected
 
 
-def test_version_event_json_round_trip() -> None:
+def test_version_change_json_round_trip() -> None:
     event = event_for("ns.t", 7, 3)
-    assert VersionEvent.from_json(event.to_json()) == event
-    assert VersionEvent.from_json(event.to_json().encode()) == event
+    assert VersionChange.from_json(event.to_json()) == event
+    assert VersionChange.from_json(event.to_json().encode()) == event
     with pytest.raises(ValueError):
-        VersionEvent.from_json(b"{}")
+        VersionChange.from_json(b"{}")
     with pytest.raises(ValueError):
-        VersionEvent.from_json(b"not json")
+        VersionChange.from_json(b"not json")
 
 
 # ----------------------------------------------------------------------------- registry, names, outages

@@ -27,8 +27,8 @@ import segcat.spark_integration as si
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, NotAuthorized
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.read.table import Catalog
-from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis.store import RedisStore
 from segcat.catalog.write import TableWriter
 from segcat.local_stack.layout import Layout

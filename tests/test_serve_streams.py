@@ -18,8 +18,8 @@ import pytest
 
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.write import TableWriter
 from segcat.server import event_cursor, version_feed
 from segcat.server.app import create_app

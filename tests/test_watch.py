@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from segcat.catalog.config import Config
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis import RedisStore
 from tests.materializer_support import (
     PrivateRedis,

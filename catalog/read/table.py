@@ -40,12 +40,13 @@ from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
+from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
 from segcat.catalog.read import log_pruning, lookup
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease, acquire_lease
 from segcat.catalog.read.log_pruning import PruneResult
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
-from segcat.catalog.read.watch import VersionChange, Watcher, change_from_delta
+from segcat.catalog.read.watch import Watcher
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore

@@ -5,14 +5,15 @@ before it (``prev_version``), so a missed event shows as a broken chain and is f
 from the Redis stream of deltas, or from the log itself when the stream cannot prove it
 covers the gap. Without Redis the watcher tails Kafka and judges records with the same
 rules, on a light image rebuilt from the newest key frame at or before ``from_version``.
+Whichever way a version arrives, it is handed on as one ``VersionChange``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import DecodeError, ServiceUnavailable
@@ -20,59 +21,11 @@ from segcat.catalog.log.follower import Follower, collect_accepted
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.storage.redis import RedisStore, Subscription, VersionEvent, chain_is_complete
+from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
+from segcat.catalog.storage.redis import RedisStore, Subscription, chain_is_complete
 from segcat.catalog.storage.table_files import TableFiles
 
 log = logging.getLogger("segcat.watch")
-
-
-@dataclass(frozen=True)
-class VersionChange:
-    """One accepted version. ``rows_delta`` / ``bytes_delta`` are None when filled from a gap."""
-
-    table: str
-    version: int
-    prev_version: int
-    timestamp_ms: int
-    commit_id: str
-    operation: str
-    added: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    rows_delta: int | None = None
-    bytes_delta: int | None = None
-    source: str = "pubsub"
-
-
-def _from_event(event: VersionEvent) -> VersionChange:
-    return VersionChange(
-        event.table,
-        event.version,
-        event.prev_version,
-        event.timestamp_ms,
-        event.commit_id,
-        event.operation,
-        list(event.added),
-        list(event.dropped),
-        event.rows_delta,
-        event.bytes_delta,
-    )
-
-
-def change_from_delta(table: str, prev: int, delta: CommitDelta, source: str) -> VersionChange:
-    """The change an accepted version makes, ``prev`` being the accepted version before it."""
-    return VersionChange(
-        table,
-        delta.version,
-        prev,
-        delta.timestamp_ms,
-        delta.commit_id,
-        delta.operation.value,
-        [s.segment_id for s in delta.added],
-        list(delta.dropped),
-        delta.rows_delta,
-        delta.bytes_delta,
-        source=source,
-    )
 
 
 class Watcher:
@@ -144,7 +97,8 @@ class Watcher:
                 yield from self._fill_from_stream_or_log(event.prev_version)
             if event.version > self.last:
                 self.last = event.version
-                yield _from_event(event)
+                # checked to be the watched log's: handed on as the stream and the log hand theirs
+                yield dataclasses.replace(event, log_id=None)
 
     # ------------------------------------------------------------------ gap filling
 

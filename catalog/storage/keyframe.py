@@ -183,7 +183,12 @@ def build(state: TableState, *, log_id: str | None = None) -> pa.Table:
 
 
 def seal(
-    rows: pa.Table, state: TableState, layout: bytes | None = None, *, log_id: str | None = None
+    rows: pa.Table,
+    state: TableState,
+    layout: bytes | None = None,
+    *,
+    log_id: str | None = None,
+    live_count: int | None = None,
 ) -> pa.Table:
     """Attach ``state``'s metadata and the checksum to key-frame rows (sorted by segment_id).
 
@@ -191,9 +196,12 @@ def seal(
     every segment for every key frame. ``layout`` is the commit layout the rows'
     ``segment_avro`` was written in (default: the current one). ``log_id``: the log (Kafka
     topic id) the state was judged from, recorded so no other log's reader takes the frame.
+    ``live_count``: how many rows there must be, when ``state`` is a copy of the image taken
+    without its segments (the rows carry those; default: ``state.live_count``).
     """
-    if rows.num_rows != state.live_count:
-        raise ValueError(f"{rows.num_rows} rows for {state.live_count} live segments")
+    expected = state.live_count if live_count is None else live_count
+    if rows.num_rows != expected:
+        raise ValueError(f"{rows.num_rows} rows for {expected} live segments")
     rows = canonical_columns(rows.replace_schema_metadata(None))
     if rows.num_rows:
         rows = rows.sort_by("segment_id")

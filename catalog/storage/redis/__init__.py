@@ -6,7 +6,7 @@ a source of truth, so every write is idempotent and monotone.
 ``segcat:{t}:deltas``                 stream  accepted commits since the Redis key frame,
                                               entry id ``<version + 1>-0``
 ``segcat:{t}:keyframe``               hash    ``version``, ``data`` (Arrow IPC), ``sha256``
-``segcat:{t}:versions``               pubsub  :class:`VersionEvent` JSON for one table
+``segcat:{t}:versions``               pubsub  ``VersionChange`` JSON for one table
 ``segcat:versions``                   pubsub  the same events for every table
 ``segcat:tables``                     set     qualified names of materialized tables
 ====================================  ======  ===============================================
@@ -20,7 +20,7 @@ each table in one slot.
 from segcat.catalog.storage.redis.batch import RecordBatch
 from segcat.catalog.storage.redis.store import RedisStore
 from segcat.catalog.storage.redis.subscription import Subscription
-from segcat.catalog.storage.redis.types import CachedTable, Head, StreamEntry, VersionEvent, chain_is_complete
+from segcat.catalog.storage.redis.types import CachedTable, Head, StreamEntry, chain_is_complete
 
 __all__ = [
     "CachedTable",
@@ -29,6 +29,5 @@ __all__ = [
     "RedisStore",
     "StreamEntry",
     "Subscription",
-    "VersionEvent",
     "chain_is_complete",
 ]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.redis.keys import TableRef
-from segcat.catalog.storage.redis.types import Head, VersionEvent
+from segcat.catalog.storage.redis.types import Head
 
 if TYPE_CHECKING:
     from segcat.catalog.storage.redis.store import RedisStore
@@ -28,7 +29,7 @@ class RecordBatch:
         return len(self._calls)
 
     def publish_commit(
-        self, table: TableRef, head: Head, *, prev_version: int, value: bytes, event: VersionEvent | None
+        self, table: TableRef, head: Head, *, prev_version: int, value: bytes, event: VersionChange | None
     ) -> None:
         """Queue what :meth:`RedisStore.publish_commit` does (validated the same way)."""
         self._calls.append(keys.record_call(table, head, delta=(prev_version, value), event=event))

@@ -8,7 +8,8 @@ numbers (doubles): exact up to 2**53, far beyond any Kafka offset a table will r
 from __future__ import annotations
 
 from segcat.catalog.protocol.names import TableName, table_name
-from segcat.catalog.storage.redis.types import Head, VersionEvent
+from segcat.catalog.protocol.version_change import VersionChange
+from segcat.catalog.storage.redis.types import Head
 
 KEY_PREFIX = "segcat"
 GLOBAL_CHANNEL = f"{KEY_PREFIX}:versions"
@@ -145,7 +146,7 @@ def record_call(
     head: Head,
     *,
     delta: tuple[int, bytes] | None = None,
-    event: VersionEvent | None = None,
+    event: VersionChange | None = None,
 ) -> tuple[list[str], list[str | int | bytes]]:
     """The keys and arguments of one record-script call: ``head`` (moved only forward), the
     accepted commit's ``(prev_version, value)`` to append, the event to publish."""

@@ -37,11 +37,12 @@ from redis.retry import Retry
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, CorruptKeyFrame, ServiceUnavailable
 from segcat.catalog.protocol.names import table_name
+from segcat.catalog.protocol.version_change import VersionChange
 from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.redis.batch import RecordBatch
 from segcat.catalog.storage.redis.keys import TableRef
 from segcat.catalog.storage.redis.subscription import Subscription
-from segcat.catalog.storage.redis.types import CachedTable, Head, StreamEntry, VersionEvent
+from segcat.catalog.storage.redis.types import CachedTable, Head, StreamEntry
 
 log = logging.getLogger("segcat.redis")
 
@@ -382,7 +383,7 @@ class RedisStore:
         head: Head,
         *,
         delta: tuple[int, bytes] | None = None,
-        event: VersionEvent | None = None,
+        event: VersionChange | None = None,
     ) -> bool:
         call_keys, args = keys.record_call(table, head, delta=delta, event=event)
         with self.guarded(f"record offset {head.offset} of {table_name(table)}"):
@@ -399,7 +400,7 @@ class RedisStore:
         return self._run_record(table, head)
 
     def publish_commit(
-        self, table: TableRef, head: Head, *, prev_version: int, value: bytes, event: VersionEvent | None
+        self, table: TableRef, head: Head, *, prev_version: int, value: bytes, event: VersionChange | None
     ) -> bool:
         """Everything one ACCEPTED commit changes, atomically and in one round trip.
 

@@ -1,4 +1,4 @@
-"""Follow version events on one channel (redis-py Pub/Sub).
+"""Follow version changes on one channel (redis-py Pub/Sub).
 
 Pub/Sub is fire-and-forget: events published while disconnected are lost, so a follower
 fills gaps from the stream (``RedisStore.deltas``, ``prev_version`` chaining) or the log.
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from segcat.catalog.errors import ServiceUnavailable
-from segcat.catalog.storage.redis.types import VersionEvent
+from segcat.catalog.errors import MalformedChange, ServiceUnavailable
+from segcat.catalog.protocol.version_change import VersionChange
 
 if TYPE_CHECKING:
     from segcat.catalog.storage.redis.store import RedisStore
@@ -49,7 +49,7 @@ class Subscription:
                 if message is not None and message["type"] == "subscribe":
                     break
 
-    def get(self, timeout: float = 1.0) -> VersionEvent | None:
+    def get(self, timeout: float = 1.0) -> VersionChange | None:
         """The next event, or None when none arrives within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._store.guarded(f"read {self.channel}"):
@@ -58,13 +58,13 @@ class Subscription:
                 message = self._pubsub.get_message(timeout=remaining)
                 if message is not None and message["type"] == "message":
                     try:
-                        return VersionEvent.from_json(message["data"])
-                    except ValueError:
-                        log.warning("ignoring a malformed message on %s", self.channel)
+                        return VersionChange.from_json(message["data"])
+                    except MalformedChange as exc:
+                        log.warning("ignoring a malformed message on %s: %s", self.channel, exc)
                 if remaining <= 0:
                     return None
 
-    def __iter__(self) -> Iterator[VersionEvent]:
+    def __iter__(self) -> Iterator[VersionChange]:
         """Events forever (until closed or Redis fails with ServiceUnavailable)."""
         while True:
             event = self.get(timeout=1.0)

@@ -1,10 +1,10 @@
-"""The values the Redis cache holds: the head, stream entries, version events, a whole table."""
+"""The values the Redis cache holds: the head, stream entries, a whole table (the events are
+``catalog.protocol.version_change.VersionChange``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,70 +41,6 @@ class StreamEntry:
     """The previous ACCEPTED version: readers chain these to detect gaps."""
     timestamp_ms: int
     value: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class VersionEvent:
-    """A version-change notification, as published on the table and global channels."""
-
-    table: str
-    version: int
-    prev_version: int
-    timestamp_ms: int
-    commit_id: str
-    operation: str
-    added: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    rows_delta: int = 0
-    bytes_delta: int = 0
-    log_id: str | None = None
-    """The log (Kafka topic id) the version is of: a watcher ignores another log's events."""
-
-    def to_json(self) -> str:
-        # the fields by hand: ``asdict`` deep-copies every value (80 µs of an event's publish)
-        return json.dumps(
-            {
-                "table": self.table,
-                "version": self.version,
-                "prev_version": self.prev_version,
-                "timestamp_ms": self.timestamp_ms,
-                "commit_id": self.commit_id,
-                "operation": self.operation,
-                "added": list(self.added),
-                "dropped": list(self.dropped),
-                "rows_delta": self.rows_delta,
-                "bytes_delta": self.bytes_delta,
-                "log_id": self.log_id,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> VersionEvent:
-        """Parse a published event; ``ValueError`` when it is not one."""
-        try:
-            data = json.loads(raw)
-            return cls(
-                table=str(data["table"]),
-                version=int(data["version"]),
-                prev_version=int(data["prev_version"]),
-                timestamp_ms=int(data["timestamp_ms"]),
-                commit_id=str(data["commit_id"]),
-                operation=str(data["operation"]),
-                added=[str(s) for s in data.get("added", [])],
-                dropped=[str(s) for s in data.get("dropped", [])],
-                rows_delta=int(data.get("rows_delta", 0)),
-                bytes_delta=int(data.get("bytes_delta", 0)),
-                log_id=_optional_text(data.get("log_id")),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"not a version event: {raw[:200]!r}") from exc
-
-
-def _optional_text(raw: object) -> str | None:
-    if raw is None or isinstance(raw, str):
-        return raw
-    raise TypeError(f"not a text: {raw!r}")
 
 
 @dataclass(frozen=True, slots=True)
