@@ -6,9 +6,9 @@ from dataclasses import asdict
 
 import click
 
+from segcat import load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.jsonio import dumps
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from segcat.cli.params import POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts
@@ -45,7 +45,7 @@ def watch_cmd(
                     return
     if not name:
         raise click.UsageError("name a table, or use --all")
-    table = Catalog(config).table(name)
+    table = load_catalog(config).load_table(name)
     with table.watch(from_version) as watcher:
         if not as_json:
             console.print(f"watching [bold]{table.name}[/] after version {watcher.last} (Ctrl-C to stop)")

@@ -29,10 +29,11 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import IncompatibleSchema, InvalidArgument
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
+from segcat.catalog.read.as_of import as_of_ms
 from segcat.catalog.read.table import Table
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from segcat.catalog.write import TableWriter
-from segcat.spark_integration.reader import as_of_ms, scan_files, spark_path
+from segcat.spark_integration.reader import scan_files, spark_path
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]

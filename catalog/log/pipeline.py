@@ -1,6 +1,6 @@
 """``CommitPipeline``: a writer's commits in flight, produced in submit order and judged together.
 
-``TableWriter.submit`` hands each checked, encoded commit to ``send``, which produces it at
+``Writer.submit`` hands each checked, encoded commit to ``send``, which produces it at
 once; records may linger ``LINGER_MS`` so that those submitted together share a produce
 request. The *judge's work* is one round: serve the delivery reports, catch the writer's
 follower up to the highest delivered offset (one fetch and one replay for every commit
@@ -179,7 +179,7 @@ class CommitPipeline:
 
     def check_open(self) -> None:
         if self._closing:
-            raise InvalidArgument(f"the writer of {self._name} is closed: open a new TableWriter")
+            raise InvalidArgument(f"the writer of {self._name} is closed: load the table again")
         if isinstance(self._broken, NotAuthorized | ConfigError):  # a refusal every later commit meets too
             raise type(self._broken)(str(self._broken))
         if self._broken is not None:
@@ -478,7 +478,7 @@ class CommitPipeline:
     def close(self, timeout_s: float) -> None:
         """Stop accepting commits, wait up to ``timeout_s`` for those in flight, fail the rest."""
         if threading.current_thread() is self._thread:
-            raise InvalidArgument("a TableWriter cannot be closed from a commit future's callback")
+            raise InvalidArgument("a table's writer cannot be closed from a commit future's callback")
         with self._wake:
             self._closing = True
             self._wake.notify_all()
