@@ -13,7 +13,7 @@ temporary home with free ports and the Kafka jars linked from the shared stack's
 - ``three``: three KRaft nodes (broker + controller each), tables with replication 3, min ISR 2,
   no unclean leader election.
 
-Writers are ``TableWriter``s as always (idempotent producer, acks=all). They never use Redis; the
+Writers are table handles (``Table.append``: idempotent producer, acks=all). They never use Redis; the
 client config names the shared dev stack's (``runner.ensure_stack`` keeps it up). Scenarios
 (full / quick):
 
@@ -71,12 +71,12 @@ from bench import kafka_topology_doc, runner
 from bench.commit_runs import CpuMeter, Run
 from bench.commit_segcat import create_table, make_segment, run_concurrent, run_sequential
 from bench.runner import Context, Results, loadavg, progress, summary
+from segcat import load_catalog
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, SegcatError, ServiceUnavailable
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.write.writer import TableWriter
 from segcat.local_stack import kafka as stack_kafka
 from segcat.local_stack import process
 from segcat.local_stack.layout import Layout
@@ -458,7 +458,7 @@ def _failover_worker(
     results: list[dict[str, Any]] = []
     error: str | None = None
     try:
-        with TableWriter(config, table, writer_id=f"bench-failover-{index}") as writer:
+        with load_catalog(config).load_table(table, writer_id=f"bench-failover-{index}") as writer:
             writer.append([make_segment(f"warmup{index}", 0)])
             start.wait(timeout=300)
             deadline = time.monotonic() + seconds

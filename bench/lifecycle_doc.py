@@ -297,7 +297,7 @@ def _state_rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
             lambda x: f"**{report.ms(x['cold_snapshot']['snapshot_ms']['median_ms'])}**",
         ),
         (
-            "— opening the table first (`Catalog(config).table(name)`)",
+            "— opening the table first (`Catalog(config).load_table(name)`)",
             lambda x: report.ms(x["cold_snapshot"]["open_ms"]["median_ms"]),
         ),
         ("— answered from", lambda x: ", ".join(x["cold_snapshot"]["origins"])),

@@ -67,6 +67,7 @@ from bench.lifecycle_procs import PrivateRedis, free_port
 from bench.read_processes import CTX, make_segment, table_pattern
 from bench.report import get, ms, table
 from bench.runner import Context, Results, percentile, progress, summary
+from segcat import load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import table_name
@@ -300,7 +301,6 @@ except SystemExit:
 interpreter (all threads share it); SIGUSR1 starts the window, SIGUSR2 writes the pauses."""
 
 
-
 class Services:
     """Private Redis, ``segcat materializer`` and ``segcat serve``, each a process of its own."""
 
@@ -354,9 +354,7 @@ class Services:
                 proc.kill()
                 proc.wait(10)
 
-    def start_server(
-        self, profile_to: Path | None = None, gc_to: Path | None = None
-    ) -> float:
+    def start_server(self, profile_to: Path | None = None, gc_to: Path | None = None) -> float:
         """``segcat serve --port P``; seconds until ``/healthz`` answers. With ``profile_to``, the
         same command with a cProfile window; with ``gc_to``, with collections timed."""
         log = (self.workdir / "serve.log").open("ab")
@@ -777,7 +775,6 @@ def _sse_pass(
     around: tuple[Callable[[], None], Callable[[], None]] | None,
     tag: str,
 ) -> dict[str, Any]:
-    from segcat.catalog.write import TableWriter
 
     config = services.config
     name = table_name(table).qualified
@@ -794,7 +791,7 @@ def _sse_pass(
         probe = RedisProbe(config, table)
         sends: dict[int, tuple[int, int]] = {}
         counter = 0
-        with TableWriter(config, table, writer_id=f"bench-serve-{clients}") as writer:
+        with load_catalog(config).load_table(table, writer_id=f"bench-serve-{clients}") as writer:
 
             def one() -> int:
                 nonlocal counter
@@ -955,9 +952,8 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
     """How the materializer's periodic tick delays notifications, by the number of tables it follows:
     a ``Materializer`` in a thread of this process (the server idle), its ``_tick`` timed, one table
     committed to at the 1-client pace while the others stay idle; commit → Redis notification."""
-    from segcat.catalog.read.table import Catalog
+    from segcat import Catalog
     from segcat.catalog.storage.redis import RedisStore
-    from segcat.catalog.write import TableWriter
     from segcat.materializer.service import Materializer
     from segcat.materializer.table_materializer import TableMaterializer
 
@@ -1010,7 +1006,7 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
             thread.start()
             try:
                 ready.wait(60)
-                with TableWriter(config, names[0], writer_id="bench-serve-tick") as writer:
+                with load_catalog(config).load_table(names[0], writer_id="bench-serve-tick") as writer:
                     first = writer.append([make_segment("tick", 0)])
                     services.wait_materialized(names[0], first, 120)
                     arrived: dict[int, int] = {}
@@ -1191,11 +1187,10 @@ PROFILE_FOCUS = (
 
 
 def build_snapshot_table(services: Services, table: str, segments: int, per_commit: int) -> Results:
-    from segcat.catalog.write import TableWriter
 
     commit_ms: list[float] = []
     version = -1
-    with TableWriter(services.config, table, writer_id="bench-serve-snapshot") as writer:
+    with load_catalog(services.config).load_table(table, writer_id="bench-serve-snapshot") as writer:
         for start in range(0, segments, per_commit):
             batch = [make_segment("snap", i) for i in range(start, min(start + per_commit, segments))]
             began = time.perf_counter()
@@ -1334,10 +1329,10 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
     from fastapi.encoders import jsonable_encoder
     from fastapi.responses import JSONResponse
 
-    from segcat.catalog.read.table import Catalog
+    from segcat.catalog.read.table import Tables
     from segcat.server import views
 
-    opened = Catalog(config).table(name)
+    opened = Tables(config).open(name)  # the server's read side, as `segcat serve` holds it
     steps: dict[str, list[float]] = {}
 
     def clock(label: str, began: float) -> float:
@@ -1417,7 +1412,7 @@ def run(ctx: Context) -> Results:
     out["other_work_at_start"] = busy_processes(exclude=(os.getpid(),))
     created: list[str] = []
     try:
-        from segcat.catalog.read.table import Catalog
+        from segcat import Catalog
 
         services.start_redis()
         catalog = Catalog(services.config)

@@ -15,12 +15,8 @@ from importlib import metadata
 
 import click
 
-from segcat.catalog.errors import (
-    EXIT_ERROR,
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    SegcatError,
-)
+from segcat import SegcatError
+from segcat.catalog.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_INVALID
 from segcat.catalog.errors import exit_code as error_exit_code
 from segcat.cli.commit_cmd import commit_cmd
 from segcat.cli.demo import demo_cmd

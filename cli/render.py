@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from segcat.catalog.protocol.model import Segment
+from segcat import Segment
 
 console = Console()
 err_console = Console(stderr=True)

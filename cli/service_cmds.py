@@ -6,8 +6,7 @@ from dataclasses import asdict
 
 import click
 
-from segcat import load_catalog
-from segcat.catalog.config import Config
+from segcat import Config, load_catalog
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.storage.redis import RedisStore
 from segcat.cli.params import POSITIVE, VERSION

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from segcat.catalog.config import Config
+from segcat import Config
 from segcat.catalog.read.table import Tables
 from segcat.server import dashboard, events_api, health_api, public_errors, tables_api
 from segcat.server.access import AccessControl

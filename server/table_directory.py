@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from segcat.catalog.errors import TableNotFound
-from segcat.catalog.protocol.names import TableName, table_name
+from segcat import TableName, TableNotFound
+from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.table import TableReader, Tables
 
 OPEN_TTL_S = 30.0

@@ -11,8 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from segcat.catalog.errors import SegcatError
-from segcat.catalog.protocol.names import TableName
+from segcat import SegcatError, TableName
 from segcat.catalog.read.table import Tables
 
 log = logging.getLogger("segcat.serve")

@@ -25,10 +25,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from segcat.catalog.errors import SegcatError
-from segcat.catalog.protocol.names import TableName
+from segcat import SegcatError, TableName, Watcher
 from segcat.catalog.read.table import TableReader, Tables
-from segcat.catalog.read.watch import VersionChange, Watcher
+from segcat.catalog.read.watch import VersionChange
 from segcat.server.table_scout import TableScout
 
 log = logging.getLogger("segcat.serve")

@@ -79,19 +79,24 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 from redis.exceptions import AuthenticationError, NoPermissionError
 
-from segcat import load_catalog
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
+from segcat import (
+    Config,
+    HeldLease,
+    InvalidArgument,
+    ServiceUnavailable,
+    TableName,
+    VersionNotFound,
+    load_catalog,
+)
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.jsonio import segment_to_json
-from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.as_of import as_of_ms
-from segcat.catalog.read.lease import HeldLease, try_hold
+from segcat.catalog.read.lease import try_hold
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis.leases import default_holder

@@ -30,16 +30,23 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from segcat import Table, load_catalog
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidPredicate
-from segcat.catalog.protocol.expressions import Predicate
-from segcat.catalog.protocol.model import ColumnType, Segment, Tombstone
-from segcat.catalog.protocol.names import TableName, table_name
-from segcat.catalog.protocol.predicates import parse_predicate
+from segcat import (
+    ColumnType,
+    Config,
+    HeldLease,
+    InvalidPredicate,
+    Predicate,
+    Segment,
+    Snapshot,
+    Table,
+    TableName,
+    Tombstone,
+    load_catalog,
+    parse_predicate,
+)
+from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.as_of import AsOf, as_of_ms
-from segcat.catalog.read.lease import HeldLease, hold_or_warn
-from segcat.catalog.read.snapshot import Snapshot
+from segcat.catalog.read.lease import hold_or_warn
 from segcat.catalog.storage.redis.leases import MAX_VERSION, default_holder
 from segcat.spark_integration import schemas
 from segcat.spark_integration.filters import balanced, session_semantics, to_column

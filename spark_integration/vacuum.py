@@ -32,11 +32,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StringType
 
-from segcat import Table
-from segcat.catalog.config import Config
+from segcat import Config, Table, VacuumReport
 from segcat.catalog.protocol.locations import is_absolute_uri, location_problem, relative_problem, relative_to
 from segcat.catalog.read.table import TableReader, Tables
-from segcat.catalog.read.vacuum import Doomed, VacuumReport, execute
+from segcat.catalog.read.vacuum import Doomed, execute
 from segcat.catalog.read.vacuum import vacuum as core_vacuum
 from segcat.producers.segment_files import filesystem
 from segcat.spark_integration.reader import TableRef, table_ref

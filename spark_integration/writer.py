@@ -32,15 +32,22 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from segcat import Table, WriteIntent, load_catalog
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument
-from segcat.catalog.protocol.expressions import Predicate
+from segcat import (
+    Commit,
+    Config,
+    InvalidArgument,
+    Isolation,
+    Operation,
+    Predicate,
+    Segment,
+    Snapshot,
+    Table,
+    WriteIntent,
+    load_catalog,
+)
 from segcat.catalog.protocol.jsonio import segment_from_json
-from segcat.catalog.protocol.model import Commit, Isolation, Operation, Segment
 from segcat.catalog.protocol.rules import MAX_ID_LENGTH
 from segcat.catalog.protocol.state import LiveSegment, TableState
-from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.read.table import table_root
 from segcat.producers.segment_files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration import schemas

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from segcat import Catalog, Table
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.watch import VersionChange
 from segcat.catalog.storage.redis import RedisStore
 from tests.materializer_support import (

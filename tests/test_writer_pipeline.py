@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, InvalidArgument, MalformedCommit, NotAuthorized, SegcatError
 from segcat.catalog.log.reader import LogReader
@@ -25,9 +26,8 @@ from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
+from tests.handles import writer_of
 
 pytestmark = pytest.mark.kafka
 
@@ -73,7 +73,7 @@ def assert_agrees(future: Future[int], commit_id: str, log: dict[str, Judged]) -
 
 
 def test_many_appends_in_flight_resolve_to_the_versions_of_the_replay(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         commits = [writer.new_commit(Operation.APPEND, adds=[segment(f"s{i}")]) for i in range(400)]
         futures = [writer.submit(c) for c in commits]
         versions = [f.result(timeout=60) for f in futures]
@@ -85,7 +85,7 @@ def test_many_appends_in_flight_resolve_to_the_versions_of_the_replay(config: Co
 
 
 def test_append_async_and_resubmitting_an_in_flight_commit(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         first = writer.append_async([segment("a")], properties={"job": "1"})
         commit = writer.new_commit(Operation.APPEND, adds=[segment("b")])
         sent = writer.submit(commit)
@@ -100,7 +100,7 @@ def test_append_async_and_resubmitting_an_in_flight_commit(config: Config, table
 
 
 def test_a_conflict_among_pipelined_commits_fails_only_its_own_future(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append([segment("a"), segment("b")])
         before = [writer.append_async([segment(f"x{i}")]) for i in range(20)]
         compact_1 = writer.new_commit(Operation.COMPACT, drops=["a"], adds=[segment("a1")])
@@ -122,7 +122,7 @@ def test_a_conflict_among_pipelined_commits_fails_only_its_own_future(config: Co
 
 
 def test_a_conflict_the_image_already_shows_fails_the_future_unsent(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append([segment("a")])
         writer.compact(["a"], [segment("a1")])
         stale = writer.new_commit(Operation.COMPACT, drops=["a"], adds=[segment("a2")])
@@ -134,7 +134,7 @@ def test_a_conflict_the_image_already_shows_fails_the_future_unsent(config: Conf
 
 
 def test_malformed_commits_are_raised_at_submit_and_nothing_is_sent(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         with pytest.raises(MalformedCommit, match="APPEND may not carry drops"):
             writer.submit(writer.new_commit(Operation.APPEND, adds=[segment("a")], drops=["zzz"]))
         ok = writer.append_async([segment("b")])
@@ -146,7 +146,7 @@ def test_threads_sharing_one_writer_each_get_their_own_verdicts(config: Config, 
     threads, each = 6, 40
     results: dict[int, list[tuple[str, int]]] = {t: [] for t in range(threads)}
     errors: list[BaseException] = []
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
 
         def work(t: int) -> None:
             try:
@@ -175,7 +175,7 @@ def test_threads_sharing_one_writer_each_get_their_own_verdicts(config: Config, 
 
 
 def test_close_with_futures_in_flight_resolves_every_one(config: Config, table: Table) -> None:
-    writer = TableWriter(config, table.name)
+    writer = load_catalog(config).load_table(table.name)
     commits = [writer.new_commit(Operation.APPEND, adds=[segment(f"c{i}")]) for i in range(300)]
     futures = [writer.submit(c) for c in commits]
     writer.close()
@@ -194,7 +194,7 @@ def test_close_with_futures_in_flight_resolves_every_one(config: Config, table: 
 def test_waiting_inside_a_future_callback_is_refused_not_a_deadlock(config: Config, table: Table) -> None:
     seen: list[tuple[bool, BaseException | None]] = []
     main = threading.current_thread()
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         inner = writer.new_commit(Operation.APPEND, adds=[segment("inner")])
 
         def callback(_: Future[int]) -> None:
@@ -251,7 +251,7 @@ def test_pipelined_outcomes_equal_the_replay_verdicts(
 ) -> None:
     run = uuid.uuid4().hex[:8]
     base = [f"{run}-base{i}" for i in range(4)]
-    with TableWriter(config, shared_table.name) as writer:
+    with load_catalog(config).load_table(shared_table.name) as writer:
         writer.append([segment(sid) for sid in base])
         sent: list[tuple[str, Future[int]]] = []
         for k, (kind, picks) in enumerate(plan):
@@ -314,11 +314,11 @@ def test_a_fatal_refusal_fails_commits_typed(config: Config, table: Table, cause
     met it again) or, when ``produce`` came first and said only ``_FATAL``, ServiceUnavailable.
     Now every commit in flight and every later one gets ``NotAuthorized`` naming the principal,
     and closing the writer raises nothing over it."""
-    with TableWriter(config, table.name.qualified) as writer:
+    with load_catalog(config).load_table(table.name.qualified) as writer:
         writer.append([segment("kept")])
-        pipeline = writer._pipeline
+        pipeline = writer_of(writer)._pipeline
         refusing = _FatallyRefusing(pipeline._producer, cause_once=cause_once)
-        pipeline._producer = writer._producer = refusing  # type: ignore[assignment]
+        pipeline._producer = writer_of(writer)._producer = refusing  # type: ignore[assignment]
         with pytest.raises(NotAuthorized, match="nothing was written"):
             writer.append([segment("refused")])
         with pytest.raises(NotAuthorized):
