@@ -7,7 +7,7 @@ recovery and topic size before and after log pruning — one run.
 
 1. ``vacuum``: 1,000,000 (quick: 100,000) empty files under ``<root>/data/d0000 …``, registered
    by APPEND commits of 5,000 segments and dropped by DELETE commits of 5,000 ids
-   (``TableWriter``), then ``vacuum(table, retain_versions=1, grace_ms=0, orphans=False,
+   (``Table.append``), then ``vacuum(table, retain_versions=1, grace_ms=0, orphans=False,
    ignore_leases=True)`` in a child process of its own: wall time, files/s, CPU, and the
    child's peak RSS during the call (``VmHWM`` reset just before it; ``getrusage`` ``ru_maxrss``
    is kept too, but a spawned child inherits its parent's). The files are created again before each

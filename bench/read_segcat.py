@@ -1,6 +1,6 @@
 """segcat's side of the read-path benchmark: build tables through the real services, read them.
 
-Tables are built as a user would: ``TableWriter`` commits (bulk commits of many segments,
+Tables are built as a user would: ``Table`` handle commits (bulk commits of many segments,
 then a few one-segment commits) while a materializer restricted to that one table runs
 with a commit-count key-frame interval K chosen so the newest key frame sits right after
 the bulk. Redis then holds key frame + ``tail`` deltas, object storage the key frame

@@ -11,7 +11,7 @@ own, as in production: a private ``redis-server`` (the dev Redis holds other wor
 ``segcat serve`` (one uvicorn process), per scenario a ``segcat materializer`` whose
 ``--pattern`` matches that scenario's table alone (it publishes the version notifications the
 server relays), and for the SSE scenarios a client process holding every SSE connection and a
-Redis subscriber process. The benchmark process commits (``TableWriter.append``) and fetches
+Redis subscriber process. The benchmark process commits (``Table.append``) and fetches
 snapshots. Kafka is the local stack's.
 
 1. ``sse1`` / ``sse1000``: N clients (1; 1,000) each open ``GET /api/tables/<t>/events`` on a
@@ -1623,7 +1623,7 @@ def _sse_section(sse: list[Results]) -> list[str]:
         "### 1. Commit → SSE event",
         "",
         "Latency of each (client, version) pair: when the client process read the event off its socket − "
-        "just before `TableWriter.append()` was called (wall clock; every process on one machine).",
+        "just before `Table.append()` was called (wall clock; every process on one machine).",
         "",
         *table(
             ("Clients", "Timed commits (pace)", "Pairs", "p50", "p90", "p99", "Max", "Missing"),
@@ -2135,7 +2135,7 @@ def _method(results: Results) -> list[str]:
         "",
         *report.bullets(
             [
-                "Processes: the benchmark (one `TableWriter` committing; the snapshot requests), "
+                "Processes: the benchmark (one `Table` handle committing; the snapshot requests), "
                 "`segcat serve --port P` (one process for the reference scenarios; the profiled, "
                 "GC-observed passes each restart it through a `python -c` launcher that adds "
                 "its hook and then runs the same command), for each scenario a "

@@ -19,7 +19,7 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
 2. ``stream``: commit → row in a memory sink: ``readStream.format("segcat")`` →
    ``format("memory")`` with a 100 ms processing-time trigger, a materializer process following
    the tables (the source reads the materialized head from Redis); 3 / 1 rounds × 15 / 8
-   one-segment appends via ``TableWriter``, one at a time, per variant (``STREAM_VARIANTS``:
+   one-segment appends via ``Table.append``, one at a time, per variant (``STREAM_VARIANTS``:
    ``si.local_session()`` as it comes (the ``FileSystem``-based checkpoint manager), Spark's
    own ``FileContext``-based one, ``latestFrom=kafka``, async
    progress tracking), interleaved in shuffled order; the latency of a version is when a poll

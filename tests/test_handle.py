@@ -138,6 +138,15 @@ def test_a_bad_keyword_value_is_a_config_error_naming_it(keywords: dict[str, Any
         load_catalog(**keywords)
 
 
+@pytest.mark.kafka
+def test_writer_settings_are_checked_before_anything_is_created(config: Config, table_name: str) -> None:
+    catalog = load_catalog(config)
+    for bad in ({"max_in_flight": 0}, {"max_in_flight": True}, {"writer_id": ""}, {"writer_id": 7}):
+        with pytest.raises(segcat.InvalidArgument):
+            catalog.create_table(table_name, **bad)  # type: ignore[arg-type]
+    assert not catalog.table_exists(table_name)
+
+
 def test_a_config_and_keywords_together_are_refused(config: Config) -> None:
     with pytest.raises(segcat.InvalidArgument, match="not both"):
         load_catalog(config, warehouse="/x")

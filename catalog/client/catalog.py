@@ -14,7 +14,7 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
-from segcat.catalog.client.table import Table
+from segcat.catalog.client.table import Table, check_writer_options
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, TableNotFound
 from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT
@@ -88,6 +88,7 @@ class Catalog:
         ``writer_id`` and ``max_in_flight`` are as for ``load_table``.
         """
         self._check_open()
+        check_writer_options(writer_id, max_in_flight)
         return self._handle(
             self._tables.create_table(name, max_message_bytes=max_message_bytes, location=location),
             writer_id,
@@ -111,6 +112,7 @@ class Catalog:
         ``max_in_flight`` bounds the commits ``submit`` keeps unresolved.
         """
         self._check_open()
+        check_writer_options(writer_id, max_in_flight)
         return self._handle(self._tables.open(name), writer_id, max_in_flight)
 
     def table_exists(self, name: str | TableName) -> bool:

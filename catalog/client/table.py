@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from segcat.catalog.errors import InvalidArgument
-from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, CommitFuture
+from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, CommitFuture, check_max_in_flight
 from segcat.catalog.log.topics import TopicInfo
 from segcat.catalog.protocol.expressions import Predicate
 from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol, Segment
@@ -45,6 +45,14 @@ Progress = Callable[[int, int], None]
 """Called with (done, total): records replayed, files deleted."""
 
 
+def check_writer_options(writer_id: object, max_in_flight: object) -> None:
+    """``InvalidArgument`` for writer settings that can never work, before anything is read or
+    created (the writer itself opens only on the first write)."""
+    if writer_id is not None and (not isinstance(writer_id, str) or not writer_id):
+        raise InvalidArgument(f"writer_id is a non-empty string, not {writer_id!r}")
+    check_max_in_flight(max_in_flight)
+
+
 class Table:
     """One table: read any version, write commits, maintain it. ``catalog.load_table(name)``.
 
@@ -62,6 +70,7 @@ class Table:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         """Made by ``Catalog.load_table`` / ``create_table``, not by hand."""
+        check_writer_options(writer_id, max_in_flight)
         self._catalog = catalog
         self._reader = reader
         self._writer_id = writer_id or default_writer_id()

@@ -102,6 +102,13 @@ def _settle(future: CommitFuture, outcome: ToVersion, verdict: Verdict) -> None:
         future.set_exception(exc)
 
 
+def check_max_in_flight(value: object) -> int:
+    """``InvalidArgument`` unless ``value`` can bound the commits in flight (a positive integer)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"max_in_flight must be a positive integer, not {value!r}")
+    return value
+
+
 class CommitPipeline:
     """The in-flight commits of one writer, its judge thread, and the follower it catches up."""
 
@@ -118,8 +125,7 @@ class CommitPipeline:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         """``lock`` must be the follower's guard; ``outcome`` turns our verdicts into results."""
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise InvalidArgument(f"max_in_flight must be a positive integer, not {max_in_flight!r}")
+        check_max_in_flight(max_in_flight)
         self._config = config
         self._name = name
         self._producer = producer
