@@ -77,8 +77,17 @@ def test_the_public_api_takes_a_time_as_as_of_never_as_of_ms() -> None:
         checked += 1
         assert "as_of_ms" not in signature.parameters, where
     assert checked > 100
-    for method in ("snapshot", "resolve_version"):
-        assert "as_of" in inspect.signature(getattr(Table, method)).parameters
+
+
+def test_as_of_is_one_type_in_the_handle_and_on_spark() -> None:
+    import segcat.spark_integration as si
+
+    for function in (Table.snapshot, Table.resolve_version, si.read):
+        assert inspect.signature(function).parameters["as_of"].annotation == "AsOf | None", function
+    for name in si.__all__:
+        member = getattr(si, name)
+        if callable(member) and not inspect.isclass(member):
+            assert "as_of_ms" not in inspect.signature(member).parameters, name
 
 
 def test_the_handle_offers_every_method_a_user_needs() -> None:
