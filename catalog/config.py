@@ -80,7 +80,7 @@ class Config:
         toml_path = path or env.get("SEGCAT_CONFIG")
         data = read_toml(Path(toml_path)) if toml_path else {}
         src = SettingsSource(env, data, str(toml_path), overrides or {})
-        src.refuse_unknown(src.overrides, KEYWORDS, "", what="keyword argument")
+        _refuse_unknown_keywords(src.overrides)
         src.refuse_unknown(data, _TOP_KEYS, "")
         src.table("stack")  # the local stack's section (segcat.local_stack reads it)
         home = Path(src.text("SEGCAT_HOME", "home", ".segcat")).absolute()
@@ -170,6 +170,14 @@ KEYWORDS = tuple(key for key in _TOP_KEYS if key != "stack")
 belongs to the local stack, which reads only the environment and the file."""
 
 
+def _refuse_unknown_keywords(overrides: Mapping[str, object]) -> None:
+    """A misspelt keyword is a caller's mistake in code, not in a config file: ``InvalidArgument``."""
+    unknown = sorted(set(overrides) - set(KEYWORDS))
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise InvalidArgument(f"unknown keyword argument {names} (known: {', '.join(KEYWORDS)})")
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_bytes().decode("utf-8"))
@@ -222,19 +230,14 @@ class SettingsSource:
     def _in_toml(self, key: str, section: str | None) -> bool:
         return key in (self.table(section) if section else self._data)
 
-    def refuse_unknown(
-        self, data: Mapping[str, Any], known: tuple[str, ...], section: str, *, what: str = "key"
-    ) -> None:
+    def refuse_unknown(self, data: Mapping[str, Any], known: tuple[str, ...], section: str) -> None:
         unknown = sorted(set(data) - set(known))
-        if not unknown:
-            return
-        names = ", ".join(repr(k) for k in unknown)
-        if what != "key":
-            raise InvalidArgument(f"unknown {what} {names} (known: {', '.join(known)})")
-        where = f"[{section}] of " if section else ""
-        raise ConfigError(
-            f"unknown key {names} in {where}config file {self._path} (known: {', '.join(known)})"
-        )
+        if unknown:
+            where = f"[{section}] of " if section else ""
+            raise ConfigError(
+                f"unknown key {', '.join(repr(k) for k in unknown)} in {where}config file {self._path} "
+                f"(known: {', '.join(known)})"
+            )
 
     def table(self, key: str) -> dict[str, Any]:
         value = self._data.get(key, {})
