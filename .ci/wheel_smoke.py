@@ -48,27 +48,26 @@ def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
 
 def table_round_trip(warehouse: str) -> str:
     """Create, commit, read and watch one table with the base install's public API."""
-    from segcat.catalog import Catalog, ColumnStats, ColumnType, Config, Segment
-    from segcat.catalog.write import TableWriter
+    import segcat
+    from segcat import ColumnStats, ColumnType, Segment
 
     env = dict(os.environ, SEGCAT_WAREHOUSE=warehouse)
     for key in ("SEGCAT_BOOTSTRAP_SERVERS", "SEGCAT_REDIS_URL"):
         env[key] = env.get(key.replace("SEGCAT_", "SEGCAT_TEST_", 1)) or env.get(key, "")
         assert env[key], f"no test stack: set {key.replace('SEGCAT_', 'SEGCAT_TEST_', 1)} or {key}"
-    os.environ.update(env)  # for the `segcat show` below
-    config = Config.load(env=env)
+    os.environ.update(env)  # for load_catalog() and the `segcat show` below
     name = f"smoke.wheel_{uuid.uuid4().hex[:12]}"
-    table = Catalog(config).create_table(name)
     day = dt.date(2026, 11, 1)
     stats = (ColumnStats("day", ColumnType.DATE, day, day, null_count=0),)
     segment = Segment("a", f"day={day}/a.parquet", 4_096, 100, partition=str(day), stats=stats)
-    with TableWriter(config, name) as writer:
-        version = writer.append([segment])
-    snapshot = table.snapshot()
-    assert snapshot.version == version, (snapshot.version, version)
-    assert snapshot.segment_ids() == {"a"}, snapshot.segment_ids()
-    with table.watch(from_version=version - 1, poll_s=0.1) as changes:
-        assert next(iter(changes)).version == version
+    with segcat.load_catalog() as catalog:
+        table = catalog.create_table(name)
+        version = table.append([segment])
+        snapshot = catalog.load_table(name).snapshot()
+        assert snapshot.version == version, (snapshot.version, version)
+        assert snapshot.segment_ids() == {"a"}, snapshot.segment_ids()
+        with table.watch(from_version=version - 1, poll_s=0.1) as changes:
+            assert next(iter(changes)).version == version
     return name
 
 

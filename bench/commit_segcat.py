@@ -1,6 +1,6 @@
 """segcat's commit-latency scenarios: sequential appends, concurrent writer processes, a long log.
 
-Every commit is a ``TableWriter.append`` of one fresh segment with two column stats; its
+Every commit is a ``Table.append`` of one fresh segment with two column stats; its
 latency is the wall time of that call (validate + encode + produce with acks=all + delivery
 report + catch-up fetch to judge the commit). Each writer makes one untimed warm-up commit
 first, so connection set-up and the producer id handshake are not counted.
@@ -33,14 +33,13 @@ from confluent_kafka import KafkaError, Producer
 
 from bench.commit_runs import CpuMeter, Run, timed_commits
 from bench.runner import NS_PER_MS, Tick, loadavg, summary, time_each, to_ms
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.write.writer import TableWriter
 
 PARTITION = "2024-01"
 
@@ -78,7 +77,7 @@ def make_commit(prefix: str, i: int, table: str, writer_id: str) -> Commit:
 
 @dataclass
 class PhaseProbe:
-    """Times the produce and catch-up steps of each commit of one ``TableWriter``."""
+    """Times the produce and catch-up steps of each commit of one table handle's writer."""
 
     enabled: bool = False
     produce_ns: list[int] = field(default_factory=list)
@@ -88,8 +87,9 @@ class PhaseProbe:
     _acc: list[int] = field(default_factory=lambda: [0, 0, 0])
 
     @classmethod
-    def attach(cls, writer: TableWriter) -> PhaseProbe:
+    def attach(cls, table: Table) -> PhaseProbe:
         probe = cls()
+        writer = table._write()  # the handle's writer, opened now: its steps are timed (white-box)
         pipeline = getattr(writer, "_pipeline", None)
         producer = getattr(pipeline, "_producer", None)
         follower = getattr(writer, "_follower", None)
@@ -181,7 +181,7 @@ def drop_table(config: Config, name: str) -> None:
     TopicAdmin(config).delete(table_name(name))
 
 
-def _check_live(writer: TableWriter, expected: int) -> int:
+def _check_live(writer: Table, expected: int) -> int:
     live = len(writer.refresh().segments)
     if live != expected:
         raise AssertionError(f"expected {expected} live segments after the run, found {live}")
@@ -210,7 +210,7 @@ def run_sequential(
     """
     create_table(config, table)
     batches = [[make_segment("s", i)] for i in range(commits)]
-    with TableWriter(config, table, writer_id="bench-sequential") as writer:
+    with load_catalog(config).load_table(table, writer_id="bench-sequential") as writer:
         probe = PhaseProbe.attach(writer)
         writer.append([make_segment("warmup", 0)])
         probe.reset()
@@ -235,7 +235,8 @@ def run_sequential(
 def _cold_writer(config: Config, table: str, records: int) -> dict[str, Any]:
     """A new writer's first commit on a long log: open + replay of every record + commit."""
     start = time.perf_counter_ns()
-    with TableWriter(config, table, writer_id="bench-cold") as writer:
+    with load_catalog(config).load_table(table, writer_id="bench-cold") as writer:
+        writer._write()  # open the writer here (key frame, no replay): "open" is what it always was
         opened = time.perf_counter_ns()
         writer.append([make_segment("cold", 0)])
         done = time.perf_counter_ns()
@@ -276,7 +277,7 @@ def measure_codec(count: int = 2000) -> dict[str, float]:
 
 
 def pipelined_loop(
-    writer: TableWriter, batches: Sequence[list[Segment]], window: int, after: Callable[[], None]
+    writer: Table, batches: Sequence[list[Segment]], window: int, after: Callable[[], None]
 ) -> tuple[list[int], int]:
     """``append_async`` every batch with at most ``window`` commits unresolved; each commit's
     latency is submit → its future settled (taken by a done-callback), and the loop's wall time.
@@ -318,7 +319,7 @@ def run_pipelined(
         table = tables()
         create_table(config, table)
         batches = [[make_segment(f"p{r}", i)] for i in range(commits)]
-        with TableWriter(config, table, writer_id=f"bench-pipelined-{r}") as writer:
+        with load_catalog(config).load_table(table, writer_id=f"bench-pipelined-{r}") as writer:
             writer.append([make_segment(f"warmup{r}", 0)])
             load_before = loadavg()
             if meter is not None:
@@ -359,9 +360,9 @@ class WorkerResult:
 def _writer_setup(
     config: Config, table: str, index: int, commits: int, stack: ExitStack, window: int = 1
 ) -> Setup:
-    """A ``TableWriter`` that has made its warm-up commit. With ``window`` > 1 the commit step
+    """A table handle that has made its warm-up commit. With ``window`` > 1 the commit step
     takes every batch at once and pipelines them (``pipelined_loop``), returning the latencies."""
-    writer = stack.enter_context(TableWriter(config, table, writer_id=f"bench-writer-{index}"))
+    writer = stack.enter_context(load_catalog(config).load_table(table, writer_id=f"bench-writer-{index}"))
     probe = PhaseProbe.attach(writer) if window == 1 else PhaseProbe()
     writer.append([make_segment(f"warmup{index}", 0)])
     batches = [[make_segment(f"w{index}", i)] for i in range(commits)]
@@ -455,7 +456,7 @@ def run_concurrent(
     """``writers`` spawned processes committing to one table at once, started by a barrier.
 
     The parent joins the barrier too, so it can start the CPU meter as the writers start.
-    ``raw``: bare producers instead of ``TableWriter`` (see ``_producer_setup``); ``window``:
+    ``raw``: bare producers instead of ``Table`` (see ``_producer_setup``); ``window``:
     each writer keeps that many commits in flight (``append_async``) instead of one.
     """
     create_table(config, table)
@@ -532,6 +533,6 @@ def run_concurrent(
         cpu["writer_cpu_ms_per_commit"] = round(sum(r.cpu_ns for r in collected) / 1e6 / total, 3)
         run.details["cpu"] = cpu
     if not raw:
-        with TableWriter(config, table, writer_id="bench-check") as checker:
+        with load_catalog(config).load_table(table, writer_id="bench-check") as checker:
             run.details["live_segments_after"] = _check_live(checker, writers * (commits_per_writer + 1))
     return run

@@ -13,7 +13,7 @@ temporary home with free ports and the Kafka jars linked from the shared stack's
 - ``three``: three KRaft nodes (broker + controller each), tables with replication 3, min ISR 2,
   no unclean leader election.
 
-Writers are ``TableWriter``s as always (idempotent producer, acks=all). They never use Redis; the
+Writers are table handles (``Table.append``: idempotent producer, acks=all). They never use Redis; the
 client config names the shared dev stack's (``runner.ensure_stack`` keeps it up). Scenarios
 (full / quick):
 

@@ -29,12 +29,12 @@ from bench.commit_segcat import create_table, make_segment
 from bench.kafka_topology_stacks import PrivateStack
 from bench.report import get
 from bench.runner import loadavg, progress
+from segcat import load_catalog
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, ServiceUnavailable
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.write.writer import TableWriter
 from segcat.local_stack import kafka as stack_kafka
 
 if TYPE_CHECKING:  # the benchmark's parameters; bench.kafka_topology imports this module
@@ -67,7 +67,7 @@ def _failover_worker(
     results: list[dict[str, Any]] = []
     error: str | None = None
     try:
-        with TableWriter(config, table, writer_id=f"bench-failover-{index}") as writer:
+        with load_catalog(config).load_table(table, writer_id=f"bench-failover-{index}") as writer:
             writer.append([make_segment(f"warmup{index}", 0)])
             start.wait(timeout=300)
             deadline = time.monotonic() + seconds

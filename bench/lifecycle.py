@@ -7,7 +7,7 @@ recovery and topic size before and after log pruning — one run.
 
 1. ``vacuum``: 1,000,000 (quick: 100,000) empty files under ``<root>/data/d0000 …``, registered
    by APPEND commits of 5,000 segments and dropped by DELETE commits of 5,000 ids
-   (``TableWriter``), then ``vacuum(table, retain_versions=1, grace_ms=0, orphans=False,
+   (``Table.append``), then ``vacuum(table, retain_versions=1, grace_ms=0, orphans=False,
    ignore_leases=True)`` in a child process of its own: wall time, files/s, CPU, and the
    child's peak RSS during the call (``VmHWM`` reset just before it; ``getrusage`` ``ru_maxrss``
    is kept too, but a spawned child inherits its parent's). The files are created again before each
@@ -56,12 +56,13 @@ from bench.lifecycle_procs import (
     topic_files,
 )
 from bench.runner import Context, Results, counting, measure, progress
+from segcat import load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Operation, Segment
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.table import TableReader, Tables
 from segcat.local_stack.private import PrivateRedis
 
 SCENARIOS = ("vacuum", "orphans", "recovery")
@@ -140,13 +141,12 @@ def register_tree(
     config: Config, name: str, tree: Tree, per_commit: int, tick: runner.Tick
 ) -> dict[str, Any]:
     """APPEND every file of ``tree`` in commits of ``per_commit`` segments, then DELETE them all."""
-    from segcat.catalog.write import TableWriter
 
     ids = [f"{tree.prefix}-{i:07d}" for i in range(tree.files)]
     append_ms: list[float] = []
     delete_ms: list[float] = []
     sizes: dict[str, int] = {}
-    with TableWriter(config, name, writer_id="bench-lifecycle") as writer:
+    with load_catalog(config).load_table(name, writer_id="bench-lifecycle") as writer:
         for start in range(0, tree.files, per_commit):
             segments = [
                 Segment(ids[i], tree.relative(i), 0, 0, tree.directory(i))
@@ -166,7 +166,7 @@ def register_tree(
             writer.commit(commit)
             delete_ms.append((time.perf_counter() - started) * 1000)
             tick(len(drops))
-        max_bytes = writer.max_message_bytes
+        max_bytes = writer.topic.max_message_bytes
     return {
         "append_commits": len(append_ms),
         "delete_commits": len(delete_ms),
@@ -180,7 +180,7 @@ def register_tree(
     }
 
 
-def forget_vacuum_run(table: Table) -> None:
+def forget_vacuum_run(table: TableReader) -> None:
     """Remove ``_catalog/_vacuum`` so the next vacuum starts over (a first vacuum of the log)."""
     files = table.files
     assert files is not None
@@ -190,7 +190,7 @@ def forget_vacuum_run(table: Table) -> None:
 def vacuum_scenario(config: Config, p: Params, workdir: Path, ns: str, created: list[Config_Name]) -> Results:
     cfg = replace(config, warehouse=str(workdir / "vacuum-warehouse"))
     name = f"{ns}.vacuum"
-    table = Catalog(cfg).create_table(name)
+    table = Tables(cfg).create_table(name)
     created.append((cfg, name))
     tree = Tree(Path(table.location()), p.files, p.dirs, "f")
     with counting(f"creating {p.files:,} files in {p.dirs:,} directories", p.files) as tick:
@@ -273,7 +273,7 @@ def orphans_scenario(
 
     cfg = replace(config, warehouse=str(workdir / "orphans-warehouse"))
     name = f"{ns}.orphans"
-    table = Catalog(cfg).create_table(name)
+    table = Tables(cfg).create_table(name)
     created.append((cfg, name))
     root = table.location()
     tree = Tree(Path(root), p.files, p.dirs, "o")
@@ -465,14 +465,14 @@ def recover_service(config: Config, redis: PrivateRedis, table: str, end: int) -
 def cold_snapshot(
     config: Config, table: str, version: int, expected: frozenset[str], reps: int
 ) -> dict[str, Any]:
-    """``Catalog(config).table(t).snapshot(version=…)``, a new Catalog (no warm clients) each time."""
+    """``Tables(config).open(t).snapshot(version=…)``, a new Catalog (no warm clients) each time."""
     opens: list[float] = []
     snaps: list[float] = []
     origins: set[str] = set()
     for _ in range(reps):
         gc.collect()
         t0 = time.perf_counter()
-        handle = Catalog(config).table(table)
+        handle = Tables(config).open(table)
         t1 = time.perf_counter()
         snap = handle.snapshot(version=version)
         t2 = time.perf_counter()
@@ -522,7 +522,7 @@ def measure_state(
     label: str,
 ) -> dict[str, Any]:
     """Topic size, recovery (in-process and a materializer process) and a cold old-version read."""
-    handle = Catalog(config).table(table)
+    handle = Tables(config).open(table)
     end = handle.log_end()
     sizes = topic_files(config, table_name(table).topic)
     records = broker_records(config, table)
@@ -609,7 +609,6 @@ def recovery_scenario(
 ) -> Results:
     from bench.read_processes import materializer_config, materializer_process, write_in_processes
     from bench.read_segcat import wait_for_offset
-    from segcat.catalog.write import TableWriter
 
     redis = PrivateRedis(workdir / "redis")
     redis.start()
@@ -620,7 +619,7 @@ def recovery_scenario(
         )
         cfg = materializer_config(base, p.keyframe_every)
         name = f"{ns}.recovery"
-        catalog = Catalog(cfg)
+        catalog = Tables(cfg)
         assert catalog.redis is not None
         table = catalog.create_table(name)
         created.append((cfg, name))
@@ -655,7 +654,7 @@ def recovery_scenario(
         alter_topic(cfg, table.name.topic, AGGRESSIVE_CLEANER)
         with (
             materializer_process(cfg, name),
-            TableWriter(cfg, name, writer_id="bench-lifecycle-roll") as writer,
+            load_catalog(cfg).load_table(name, writer_id="bench-lifecycle-roll") as writer,
         ):
             prune_started = time.perf_counter()
             result = table.prune_log()

@@ -206,7 +206,7 @@ def _reset_peak() -> bool:
 
 def _instrument_vacuum(clock: SplitClock) -> None:
     from segcat.catalog.read import vacuum as vac
-    from segcat.catalog.read.table import Table
+    from segcat.catalog.read.table import TableReader
     from segcat.catalog.storage.objectstore import ObjectStore
 
     clock.wrap(vac._History, "catch_up", "replay")  # the key frame read, the replay to the head
@@ -215,7 +215,7 @@ def _instrument_vacuum(clock: SplitClock) -> None:
     clock.wrap(vac, "_dedupe", "dedupe")
     clock.wrap(vac, "_record", "record")
     clock.wrap(ObjectStore, "list_files", "listing")
-    clock.wrap(Table, "snapshot", "snapshots")
+    clock.wrap(TableReader, "snapshot", "snapshots")
 
 
 def _vacuum_main(
@@ -223,13 +223,13 @@ def _vacuum_main(
 ) -> None:
     """Open the table, then ``reps`` vacuums (the first one a warm-up when ``reps`` > 1)."""
     from segcat.catalog.read import vacuum as vac
-    from segcat.catalog.read.table import Catalog
+    from segcat.catalog.read.table import Tables
 
     quiet_logging()
     clock = SplitClock()
     if profile_to is None:
         _instrument_vacuum(clock)
-    handle = Catalog(config).table(table)
+    handle = Tables(config).open(table)
     gc.collect()
     runs: list[dict[str, Any]] = []
     for _ in range(reps):

@@ -43,7 +43,7 @@ from bench.read_sizes import FULL, QUICK, Sizes
 from bench.report import get, size_label
 from bench.runner import Context, Results, measure, profile, profile_file, progress
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.read.table import Tables
 
 SCENARIOS = ("list", "timetravel", "watch", "catchup", "bulkload")
 
@@ -73,7 +73,7 @@ TIME_TRAVEL_FOCUS = (
 
 
 def open_list(
-    config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
+    config: Config, catalog: Tables, ns: str, sizes: Sizes, workdir: Path, created: list[str]
 ) -> Results:
     out: Results = {"segcat": {}, "profiles": {}}
     for size in sizes.list_sizes:
@@ -88,7 +88,7 @@ def open_list(
             f"{cell['object_store']['median_ms']:.1f} ms, kafka {cell['kafka']['median_ms']:.1f} ms"
         )
         if size in (sizes.peer_size, max(sizes.list_sizes)):
-            table = catalog.table(name)
+            table = catalog.open(name)
             out["profiles"][f"redis_{size_label(size)}"] = profile(lambda: read_segcat.list_files(table))  # noqa: B023
             assert catalog.redis is not None
             progress(f"what-if experiments on the {size_label(size)} key frame")
@@ -123,7 +123,7 @@ def open_list(
 
 
 def time_travel(
-    config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
+    config: Config, catalog: Tables, ns: str, sizes: Sizes, workdir: Path, created: list[str]
 ) -> Results:
     plan = [sizes.tt_per_commit] * sizes.tt_commits
     mid_index = sizes.tt_commits // 2 - 1
@@ -136,7 +136,7 @@ def time_travel(
     )
     mid = mid_index + 1  # one record per commit after the creation at offset 0: commit i is version i + 1
     out = read_segcat.measure_time_travel(catalog, built, mid, expected, sizes.reps, sizes.fast_reps)
-    table = catalog.table(name)
+    table = catalog.open(name)
     store_only = measure(
         lambda: read_segcat.list_files(table, mid, ("object-store",)),
         reps=sizes.reps,
@@ -175,7 +175,7 @@ def time_travel(
     return out
 
 
-def watch(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list[str]) -> Results:
+def watch(config: Config, catalog: Tables, ns: str, sizes: Sizes, created: list[str]) -> Results:
     out: Results = {}
     for key, pause in (("paced", sizes.watch_pause_s), ("back_to_back", 0.0)):
         name = f"{ns}.watch{key.replace('_', '')}"
@@ -192,7 +192,7 @@ def watch(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list
 
 
 def catchup(
-    config: Config, catalog: Catalog, ns: str, sizes: Sizes, workdir: Path, created: list[str]
+    config: Config, catalog: Tables, ns: str, sizes: Sizes, workdir: Path, created: list[str]
 ) -> Results:
     name = f"{ns}.catchup"
     created.append(name)
@@ -221,14 +221,14 @@ def catchup(
     return out
 
 
-def bulk_load(config: Config, catalog: Catalog, ns: str, sizes: Sizes, created: list[str]) -> Results:
+def bulk_load(config: Config, catalog: Tables, ns: str, sizes: Sizes, created: list[str]) -> Results:
     """50 × 1,000 segments, then open + list 3 s later (before the periodic key frame) and after."""
     name = f"{ns}.bulkload"
     created.append(name)
     commits, per_commit = sizes.bulk_commits, sizes.bulk_per_commit
     progress(f"bulk load: {commits} commits × {per_commit:,} segments, default materializer")
     out = read_segcat.measure_bulk_load(config, catalog, name, commits, per_commit, sizes.reps)
-    table = catalog.table(name)
+    table = catalog.open(name)
     out["profile"] = profile(lambda: read_segcat.list_files(table, arrow=True), calls=1)
     for m in out["moments"]:
         progress(
@@ -260,7 +260,7 @@ def run(ctx: Context) -> Results:
     sizes = QUICK if ctx.quick else FULL
     workdir = Path(tempfile.mkdtemp(prefix="segcat-read-paths-"))
     config = replace(ctx.config, warehouse=str(workdir / "warehouse"))
-    catalog = Catalog(config)
+    catalog = Tables(config)
     ns = f"rp{uuid.uuid4().hex[:8]}"
     created: list[str] = []
     out: Results = {"params": sizes.to_json(), "namespace": ns, "warehouse": "local directory (temporary)"}

@@ -118,11 +118,12 @@ def materializer_process(config: Config, table: str) -> Iterator[SpawnProcess]:
 def _writer_main(
     config: Config, table: str, plan: list[int], prefix: str, out: Queue[Any], start: Event | None
 ) -> None:
-    from segcat.catalog.write.writer import TableWriter
+
+    from segcat import load_catalog
 
     quiet_logging()
     versions: list[int] = []
-    with TableWriter(config, table, writer_id=f"bench-{prefix}") as writer:
+    with load_catalog(config).load_table(table, writer_id=f"bench-{prefix}") as writer:
         if start is not None:
             start.wait(60)
         began = time.perf_counter()
@@ -168,11 +169,11 @@ def write_in_processes(
 def _watcher_main(
     config: Config, table: str, stop_at: Synchronized[int], out: Queue[Any], first: Event
 ) -> None:
-    from segcat.catalog.read.table import Catalog
+    from segcat import Catalog
 
     quiet_logging()
     arrivals: list[tuple[int, int, int, int, str]] = []
-    with Catalog(config).table(table).watch(poll_s=0.2) as watcher:
+    with Catalog(config).load_table(table).watch(poll_s=0.2) as watcher:
         for change in watcher:
             now = time.time_ns()
             arrivals.append((change.version, now, change.timestamp_ms, change.prev_version, change.source))

@@ -1,6 +1,6 @@
 """segcat's side of the read-path benchmark: build tables through the real services, read them.
 
-Tables are built as a user would: ``TableWriter`` commits (bulk commits of many segments,
+Tables are built as a user would: ``Table`` handle commits (bulk commits of many segments,
 then a few one-segment commits) while a materializer restricted to that one table runs
 with a commit-count key-frame interval K chosen so the newest key frame sits right after
 the bulk. Redis then holds key frame + ``tail`` deltas, object storage the key frame
@@ -28,6 +28,7 @@ from bench.read_processes import (
 )
 from bench.read_sizes import Sizes
 from bench.runner import NS_PER_MS, measure, percentile, summary, to_ms
+from segcat import load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
@@ -35,11 +36,10 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.table import TableReader, Tables
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import RedisStore, keys
-from segcat.catalog.write.writer import TableWriter
 
 try:  # the lean reader path (Redis key-frame format 2); absent in trees before it
     from segcat.catalog.storage import delta_arrow
@@ -99,7 +99,7 @@ def forget_table(redis: RedisStore, table: str) -> None:
 
 
 def build_table(
-    config: Config, catalog: Catalog, table: str, plan: list[int], *, keyframe_every: int, prefix: str
+    config: Config, catalog: Tables, table: str, plan: list[int], *, keyframe_every: int, prefix: str
 ) -> Built:
     """Create ``table`` and commit ``plan`` (segments per commit) with a materializer running."""
     catalog.create_table(table)
@@ -111,7 +111,7 @@ def build_table(
         wait_for_offset(catalog.redis, table, versions[-1], timeout_s=1800)
     build_s = time.perf_counter() - started
     head = catalog.redis.head(table)
-    files = catalog.table(table).files
+    files = catalog.open(table).files
     assert files is not None
     kf_versions = files.keyframe_versions()
     return Built(
@@ -133,7 +133,7 @@ def build_table(
     )
 
 
-def build_list_table(config: Config, catalog: Catalog, table: str, size: int, sizes: Sizes) -> Built:
+def build_list_table(config: Config, catalog: Tables, table: str, size: int, sizes: Sizes) -> Built:
     """``size - tail`` segments in bulk commits, a key frame right after them, then ``tail`` deltas."""
     plan = bulk_plan(size - sizes.tail_commits, sizes.per_commit[size])
     if len(plan) <= sizes.tail_commits:
@@ -167,7 +167,7 @@ def expect(count: int, *origins: str) -> Callable[[tuple[Any, str]], None]:
 
 
 def list_files(
-    table: Table,
+    table: TableReader,
     version: int | None = None,
     sources: tuple[str, ...] | None = None,
     *,
@@ -184,9 +184,9 @@ def list_files(
     return snap.files(), snap.origin
 
 
-def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str, Any]:
+def measure_open_list(catalog: Tables, built: Built, sizes: Sizes) -> dict[str, Any]:
     """Every read path of one table: Redis, object store (alone, and + Kafka tail), Kafka replay."""
-    table = catalog.table(built.name)
+    table = catalog.open(built.name)
     kf = built.newest_keyframe
     assert kf is not None
     # live at the newest key frame: the bulk, and any tail commit a frame was cut after (a
@@ -238,7 +238,7 @@ def measure_open_list(catalog: Catalog, built: Built, sizes: Sizes) -> dict[str,
         budget_s=sizes.slow_budget_s,
     )
     out["open_table"] = cell(
-        lambda: catalog.table(built.name), None, "Catalog.table(name): topic metadata + config check"
+        lambda: catalog.open(built.name), None, "Catalog.table(name): topic metadata + config check"
     )
     out["redis_phases"] = redis_phases(catalog, table, sizes.reps)
     return out
@@ -256,7 +256,7 @@ REDIS_STEPS = (
 )
 
 
-def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
+def redis_phases(catalog: Tables, table: TableReader, reps: int) -> dict[str, Any]:
     """Path (a) — ``lookup.from_redis`` + ``Snapshot.files`` — redone step by step (medians, ms)."""
     redis = catalog.redis
     assert redis is not None
@@ -311,9 +311,9 @@ def redis_phases(catalog: Catalog, table: Table, reps: int) -> dict[str, Any]:
 
 
 def measure_time_travel(
-    catalog: Catalog, built: Built, mid: int, expected: int, reps: int, fast_reps: int
+    catalog: Tables, built: Built, mid: int, expected: int, reps: int, fast_reps: int
 ) -> dict[str, Any]:
-    table = catalog.table(built.name)
+    table = catalog.open(built.name)
     files = table.files
     assert files is not None
     at_most = [v for v in files.keyframe_versions() if v <= mid]
@@ -350,7 +350,7 @@ def measure_time_travel(
 # --------------------------------------------------------------------------- watch latency
 
 
-def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_s: float) -> dict[str, Any]:
+def run_watch(config: Config, catalog: Tables, table: str, commits: int, pause_s: float) -> dict[str, Any]:
     """``commits`` one-segment appends while ``table.watch()`` runs in another process.
 
     Latency of a version = watcher arrival (wall clock) − the record's broker timestamp
@@ -359,7 +359,10 @@ def run_watch(config: Config, catalog: Catalog, table: str, commits: int, pause_
     """
     catalog.create_table(table)
     assert catalog.redis is not None
-    with materializer_process(materializer_config(config), table), TableWriter(config, table) as writer:
+    with (
+        materializer_process(materializer_config(config), table),
+        load_catalog(config).load_table(table) as writer,
+    ):
         counter = 0
 
         def one() -> tuple[int, int, int]:
@@ -434,7 +437,7 @@ def _signed_summary(samples_ms: list[float]) -> dict[str, float]:
 # --------------------------------------------------------------------------- catch-up
 
 
-def build_log(config: Config, catalog: Catalog, table: str, commits: int, writers: int) -> dict[str, Any]:
+def build_log(config: Config, catalog: Tables, table: str, commits: int, writers: int) -> dict[str, Any]:
     """``commits`` one-segment appends from ``writers`` processes at once, no materializer running."""
     catalog.create_table(table)
     share, rest = divmod(commits, writers)
@@ -454,7 +457,7 @@ def build_log(config: Config, catalog: Catalog, table: str, commits: int, writer
 
 
 def measure_catchup(
-    config: Config, catalog: Catalog, table: str, end_offset: int, workdir: Path, reps: int, profile_to: Path
+    config: Config, catalog: Tables, table: str, end_offset: int, workdir: Path, reps: int, profile_to: Path
 ) -> dict[str, Any]:
     """Cold starts: each a new consumer group, an empty warehouse and no Redis keys for the table."""
     assert catalog.redis is not None
@@ -498,9 +501,9 @@ def measure_catchup(
     }
 
 
-def replay_floor(catalog: Catalog, table: str, records: int, reps: int) -> dict[str, Any]:
+def replay_floor(catalog: Tables, table: str, records: int, reps: int) -> dict[str, Any]:
     """A bare replay of the log (``Table.state()``: read + decode + rules), the materializer's floor."""
-    handle = catalog.table(table)
+    handle = catalog.open(table)
 
     def check(version: int) -> None:
         if version != records - 1:
@@ -510,7 +513,7 @@ def replay_floor(catalog: Catalog, table: str, records: int, reps: int) -> dict[
     return {**timing.to_json(), "commits_per_s": round(records / (timing.median_ms / 1000), 1)}
 
 
-def drop_tables(config: Config, catalog: Catalog, tables: list[str]) -> None:
+def drop_tables(config: Config, catalog: Tables, tables: list[str]) -> None:
     admin = TopicAdmin(config)
     for table in tables:
         try:
@@ -530,7 +533,7 @@ BULK_MOMENTS_S = (3.0, 20.0, 40.0, 70.0)
 
 
 def measure_bulk_load(
-    config: Config, catalog: Catalog, table: str, commits: int, per_commit: int, reps: int
+    config: Config, catalog: Tables, table: str, commits: int, per_commit: int, reps: int
 ) -> dict[str, Any]:
     """``commits`` × ``per_commit`` segments appended with a default-settings materializer running,
     then open + list timed at ``BULK_MOMENTS_S`` after the last commit (Redis head, default chain)."""
@@ -542,7 +545,7 @@ def measure_bulk_load(
         (result,) = write_in_processes(config, table, [("b", [per_commit] * commits)])
         done = time.perf_counter()
         versions: list[int] = result["versions"]
-        handle = catalog.table(table)
+        handle = catalog.open(table)
         for moment in BULK_MOMENTS_S:
             time.sleep(max(0.0, done + moment - time.perf_counter()))
             started = time.perf_counter() - done

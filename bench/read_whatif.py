@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from bench.runner import NS_PER_MS
 from segcat.catalog.config import Config
 from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Table
+from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.frame_view import FrameView
 from segcat.catalog.storage.redis import RedisStore, keys
@@ -101,7 +101,7 @@ class RawGet:
             return out  # no copy into ``bytes`` on purpose
 
 
-def keyframe_whatif(config: Config, redis: RedisStore, table: Table, reps: int = 5) -> dict[str, Any]:
+def keyframe_whatif(config: Config, redis: RedisStore, table: TableReader, reps: int = 5) -> dict[str, Any]:
     name = table.name.qualified
     raw = redis.client.hget(keys.keyframe_key(name), "data")
     assert isinstance(raw, bytes)

@@ -11,7 +11,7 @@ dev Redis holds other work's tables), ``segcat serve`` (one uvicorn process), pe
 ``segcat materializer`` whose ``--pattern`` matches that scenario's table alone (it publishes
 the version notifications the server relays), and for the SSE scenarios a client process
 holding every SSE connection and a Redis subscriber process. The benchmark process commits
-(``TableWriter.append``) and fetches snapshots. Kafka is the local stack's.
+(``Table.append``) and fetches snapshots. Kafka is the local stack's.
 
 1. ``sse1`` / ``sse1000``: N clients (1; 1,000) each open ``GET /api/tables/<t>/events`` on a
    connection of its own (asyncio on uvloop in one client process); after warm-up commits
@@ -148,7 +148,7 @@ def run(ctx: Context) -> Results:
     out["other_work_at_start"] = busy_processes(exclude=(os.getpid(),))
     created: list[str] = []
     try:
-        from segcat.catalog.read.table import Catalog
+        from segcat import Catalog
 
         services.start_redis()
         catalog = Catalog(services.config)

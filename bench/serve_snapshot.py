@@ -23,11 +23,11 @@ ARROW = "application/vnd.apache.arrow.stream"
 
 
 def build_snapshot_table(services: Services, table: str, segments: int, per_commit: int) -> Results:
-    from segcat.catalog.write import TableWriter
+    from segcat import load_catalog
 
     commit_ms: list[float] = []
     version = -1
-    with TableWriter(services.config, table, writer_id="bench-serve-snapshot") as writer:
+    with load_catalog(services.config).load_table(table, writer_id="bench-serve-snapshot") as writer:
         for start in range(0, segments, per_commit):
             batch = [make_segment("snap", i) for i in range(start, min(start + per_commit, segments))]
             began = time.perf_counter()
@@ -166,9 +166,9 @@ def server_steps(config: Config, name: str, limit: int, reps: int) -> Results:
 
     from segcat.catalog.protocol.jsonio import dumps
     from segcat.catalog.read import snapshot_json
-    from segcat.catalog.read.table import Catalog
+    from segcat.catalog.read.table import Tables
 
-    opened = Catalog(config).table(name)
+    opened = Tables(config).open(name)  # the server's read side, as `segcat serve` holds it
     steps: dict[str, list[float]] = {}
 
     def clock(label: str, began: float) -> float:

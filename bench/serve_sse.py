@@ -125,7 +125,7 @@ def _sse_pass(
     around: tuple[Callable[[], None], Callable[[], None]] | None,
     tag: str,
 ) -> dict[str, Any]:
-    from segcat.catalog.write import TableWriter
+    from segcat import load_catalog
 
     config = services.config
     name = table_name(table).qualified
@@ -142,7 +142,7 @@ def _sse_pass(
         probe = RedisProbe(config, table)
         sends: dict[int, tuple[int, int]] = {}
         counter = 0
-        with TableWriter(config, table, writer_id=f"bench-serve-{clients}") as writer:
+        with load_catalog(config).load_table(table, writer_id=f"bench-serve-{clients}") as writer:
 
             def one() -> int:
                 nonlocal counter

@@ -22,9 +22,8 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
     """How the materializer's periodic tick delays notifications, by the number of tables it follows:
     a ``Materializer`` in a thread of this process (the server idle), its ``_tick`` timed, one table
     committed to at the 1-client pace while the others stay idle; commit → Redis notification."""
-    from segcat.catalog.read.table import Catalog
+    from segcat import Catalog, load_catalog
     from segcat.catalog.storage.redis import RedisStore
-    from segcat.catalog.write import TableWriter
     from segcat.materializer.service import Materializer
     from segcat.materializer.table_materializer import TableMaterializer
 
@@ -76,7 +75,7 @@ def tick_scenario(services: Services, ns: str, p: Params) -> Results:
             thread.start()
             try:
                 ready.wait(60)
-                with TableWriter(config, names[0], writer_id="bench-serve-tick") as writer:
+                with load_catalog(config).load_table(names[0], writer_id="bench-serve-tick") as writer:
                     first = writer.append([make_segment("tick", 0)])
                     services.wait_materialized(names[0], first, 120)
                     arrived: dict[int, int] = {}

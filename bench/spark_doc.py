@@ -80,7 +80,7 @@ def _append_parts(a: dict[str, Any]) -> list[str]:
                     "stage: open the writer, the Spark job (pyarrow writes, footer stats), plan",
                     "segcat_stage",
                 ),
-                part("open a `TableWriter` on the empty table + `refresh()`", "writer_open"),
+                part("open a table handle on the empty table + `refresh()`", "writer_open"),
                 part("the write's one commit, on the writer `si.write` opens", "segcat_commit"),
                 part("a second one-segment commit on that connected writer", "segcat_commit_warm"),
                 part("footer stats alone, sequential on the driver", "stats_driver"),

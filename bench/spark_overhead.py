@@ -19,7 +19,7 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
 2. ``stream``: commit → row in a memory sink: ``readStream.format("segcat")`` →
    ``format("memory")`` with a 100 ms processing-time trigger, a materializer process following
    the tables (the source reads the materialized head from Redis); 3 / 1 rounds × 15 / 8
-   one-segment appends via ``TableWriter``, one at a time, per variant (``STREAM_VARIANTS``:
+   one-segment appends via ``Table.append``, one at a time, per variant (``STREAM_VARIANTS``:
    ``si.local_session()`` as it comes (the ``FileSystem``-based checkpoint manager), Spark's
    own ``FileContext``-based one, ``latestFrom=kafka``, async
    progress tracking), interleaved in shuffled order; the latency of a version is when a poll
@@ -119,9 +119,9 @@ def run_append(spark: Any, config: Config, params: Params, work: Path, created: 
     from pyspark.sql import functions as F
 
     import segcat.spark_integration as si
-    from segcat.catalog.read.table import Catalog, table_root
+    from segcat import Catalog, load_catalog
+    from segcat.catalog.read.table import table_root
     from segcat.catalog.storage.parquet_stats import segment_from_parquet
-    from segcat.catalog.write import TableWriter
 
     total = params.files * params.rows_per_file
     df = (
@@ -152,7 +152,7 @@ def run_append(spark: Any, config: Config, params: Params, work: Path, created: 
         catalog.create_table(name)
         created.append(name)
         clock("segcat", lambda: si.write(df, name, mode="append", config=config))
-        root = Path(table_root(config, catalog.table(name).name))
+        root = Path(table_root(config, catalog.load_table(name).name))
         files["segcat"] = dir_stats(root)
         paths = sorted(root.rglob("*.parquet"))  # the footer-stats cost alone, on the driver
 
@@ -168,7 +168,7 @@ def run_append(spark: Any, config: Config, params: Params, work: Path, created: 
         created.append(name)
 
         def open_writer() -> None:  # what stage_write does before its Spark job
-            with TableWriter(config, name) as probe:
+            with load_catalog(config).load_table(name) as probe:
                 probe.refresh()
 
         clock("writer_open", open_writer)
@@ -354,12 +354,12 @@ def _stream_once(
     """One query on ``name``: warm-up commits, then ``stream_commits_per_round`` timed ones; the
     latencies from ``append``'s return and from the broker's append time, and the batches' progress."""
     import segcat.spark_integration as si
-    from segcat.catalog.write import TableWriter
+    from segcat import load_catalog
 
     sink = f"segcat_bench_{uuid.uuid4().hex[:8]}"
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-ckpt-")
     before = _set_conf(spark, variant.spark_conf)
-    writer = TableWriter(config, name)
+    writer = load_catalog(config).load_table(name)
     query = None
     try:
         first = writer.append([_tiny_segment(0)])  # so the query has something to start on
@@ -462,7 +462,7 @@ def _phases(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -> Results:
-    from segcat.catalog.read.table import Catalog
+    from segcat import Catalog
 
     run_id = uuid.uuid4().hex[:8]
     catalog = Catalog(config)

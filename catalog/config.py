@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from segcat.catalog import urls
-from segcat.catalog.errors import ConfigError
+from segcat.catalog.errors import ConfigError, InvalidArgument
 
 _N = TypeVar("_N", int, float)
 
@@ -64,16 +64,23 @@ class Config:
     """Where each ``kafka`` setting came from (an env var, a TOML key), for error messages."""
 
     @classmethod
-    def load(cls, env: Mapping[str, str] | None = None, path: str | Path | None = None) -> Config:
-        """Build the config: defaults < TOML file (``SEGCAT_CONFIG`` or ``path``) < environment.
+    def load(
+        cls,
+        env: Mapping[str, str] | None = None,
+        path: str | Path | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> Config:
+        """Build the config: defaults < TOML file (``SEGCAT_CONFIG`` or ``path``) < environment
+        < ``overrides`` (``segcat.load_catalog(**settings)``: the TOML keys, as Python values).
 
         Every value is checked here, so a typo or a wrong type fails at once with a
-        ``ConfigError`` naming the variable or key, not later inside a client library.
+        ``ConfigError`` naming the variable, key or keyword, not later inside a client library.
         """
         env = os.environ if env is None else env
         toml_path = path or env.get("SEGCAT_CONFIG")
         data = read_toml(Path(toml_path)) if toml_path else {}
-        src = SettingsSource(env, data, str(toml_path))
+        src = SettingsSource(env, data, str(toml_path), overrides or {})
+        _refuse_unknown_keywords(src.overrides)
         src.refuse_unknown(data, _TOP_KEYS, "")
         src.table("stack")  # the local stack's section (segcat.local_stack reads it)
         home = Path(src.text("SEGCAT_HOME", "home", ".segcat")).absolute()
@@ -134,7 +141,7 @@ class Config:
 _RESERVED_KAFKA_ENV = {"SEGCAT_KAFKA_VERSION"}
 """``SEGCAT_KAFKA_*`` variables that are segcat's own, not librdkafka settings (the local stack's)."""
 
-_TOP_KEYS = (
+_TOP_KEYS: tuple[str, ...] = (
     "home",
     "bootstrap_servers",
     "redis_url",
@@ -156,6 +163,19 @@ _TOP_KEYS = (
     "metrics_port",
     "metrics_addr",
 )
+
+
+KEYWORDS = tuple(key for key in _TOP_KEYS if key != "stack")
+"""The settings a program may give as keywords (``Config.load(overrides=...)``); ``[stack]``
+belongs to the local stack, which reads only the environment and the file."""
+
+
+def _refuse_unknown_keywords(overrides: Mapping[str, object]) -> None:
+    """A misspelt keyword is a caller's mistake in code, not in a config file: ``InvalidArgument``."""
+    unknown = sorted(set(overrides) - set(KEYWORDS))
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise InvalidArgument(f"unknown keyword argument {names} (known: {', '.join(KEYWORDS)})")
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -180,15 +200,28 @@ def _toml_kind(value: object) -> str:
 class SettingsSource:
     """One value at a time from the environment (non-empty wins) or the TOML file, checked and typed.
 
-    Errors name where the bad value came from: the variable, or the key and the file.
+    Keyword overrides (top-level settings only) win over both. Errors name where the bad value
+    came from: the keyword, the variable, or the key and the file.
     """
 
-    def __init__(self, env: Mapping[str, str], data: Mapping[str, Any], path: str) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        data: Mapping[str, Any],
+        path: str,
+        overrides: Mapping[str, object] | None = None,
+    ) -> None:
         self._env = env
         self._data = data
         self._path = path
+        self.overrides: dict[str, object] = {
+            key: os.fspath(value) if isinstance(value, os.PathLike) else value
+            for key, value in (overrides or {}).items()
+        }
 
     def origin(self, env_key: str | None, toml_key: str, section: str | None = None) -> str:
+        if section is None and toml_key in self.overrides:
+            return f"keyword argument {toml_key!r}"
         if env_key and self._env.get(env_key):
             return env_key
         where = f"[{section}] {toml_key}" if section else toml_key
@@ -216,6 +249,8 @@ class SettingsSource:
         return value
 
     def _raw(self, env_key: str | None, toml_key: str, section: str | None) -> tuple[object, bool] | None:
+        if section is None and toml_key in self.overrides:
+            return self.overrides[toml_key], False  # a Python value, checked as a TOML one
         if env_key and self._env.get(env_key):
             return self._env[env_key], True
         source = self.table(section) if section else self._data
@@ -308,7 +343,8 @@ class SettingsSource:
         raise ConfigError(f"{where} must be {kind}, not {_toml_kind(value)}")
 
     def kafka(self) -> tuple[dict[str, str], dict[str, str]]:
-        """librdkafka settings from ``[kafka]`` (dotted keys may nest) and ``SEGCAT_KAFKA_<KEY>``."""
+        """librdkafka settings from ``[kafka]`` (dotted keys may nest), ``SEGCAT_KAFKA_<KEY>`` and
+        the ``kafka`` keyword (a mapping), each winning over the one before."""
         settings: dict[str, str] = {}
         origins: dict[str, str] = {}
         pending: list[tuple[str, object]] = list(self.table("kafka").items())
@@ -318,12 +354,7 @@ class SettingsSource:
                 pending.extend((f"{key}.{k}", v) for k, v in value.items())
                 continue
             origin = f"{'[kafka] ' + key!r} in {self._path}"
-            if isinstance(value, bool):
-                settings[key] = "true" if value else "false"
-            elif isinstance(value, str | int | float):
-                settings[key] = str(value)
-            else:
-                raise ConfigError(f"{origin} must be a string, number or boolean, not {_toml_kind(value)}")
+            settings[key] = _kafka_value(value, origin)
             origins[key] = origin
         for env_key, value in self._env.items():
             if env_key.startswith(_KAFKA_ENV_PREFIX) and env_key not in _RESERVED_KAFKA_ENV:
@@ -332,4 +363,22 @@ class SettingsSource:
                     raise ConfigError(f"{env_key} names no librdkafka setting (SEGCAT_KAFKA_<KEY>)")
                 settings[key] = value
                 origins[key] = env_key
+        given = self.overrides.get("kafka", {})
+        if not isinstance(given, Mapping):
+            raise ConfigError(f"keyword argument 'kafka' must be a mapping, not {_toml_kind(given)}")
+        for key, value in given.items():
+            origin = f"keyword argument kafka[{key!r}]"
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"{origin} names no librdkafka setting")
+            settings[key] = _kafka_value(value, origin)
+            origins[key] = origin
         return settings, origins
+
+
+def _kafka_value(value: object, origin: str) -> str:
+    """A librdkafka setting's text: booleans as librdkafka spells them, numbers as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ConfigError(f"{origin} must be a string, number or boolean, not {_toml_kind(value)}")

@@ -107,7 +107,7 @@ class CommitConflict(RuleRefusal):
 
     ``rule`` names the rule, ``conflicting_version`` the version that made ours lose,
     ``version`` the offset our rejected record took. Re-plan on the newest state and retry
-    (``TableWriter.commit_with_retry`` does that).
+    (``Table.commit_with_retry`` does that).
     """
 
 

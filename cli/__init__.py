@@ -19,13 +19,8 @@ from typing import Any
 
 import click
 
-from segcat.catalog.errors import (
-    EXIT_ERROR,
-    EXIT_INTERRUPTED,
-    EXIT_INVALID,
-    MissingExtra,
-    SegcatError,
-)
+from segcat import SegcatError
+from segcat.catalog.errors import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_INVALID, MissingExtra
 from segcat.catalog.errors import exit_code as error_exit_code
 from segcat.catalog.extras import install_hint, missing_extra, requires
 from segcat.cli.commit_cmd import commit_cmd

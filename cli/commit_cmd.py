@@ -8,11 +8,9 @@ from typing import BinaryIO
 
 import click
 
-from segcat.catalog.config import Config
+from segcat import load_catalog
 from segcat.catalog.protocol.jsonio import commit_from_json, parse_json
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.write import TableWriter
-from segcat.catalog.write.writer import default_writer_id
 from segcat.cli.render import console
 
 
@@ -30,14 +28,15 @@ def commit_cmd(name: str, file: BinaryIO) -> None:
     qualified = table_name(name).qualified
     source = "stdin" if file.name in ("<stdin>", "-") else str(file.name)
     raw = parse_json(file.read(), source=source)
-    writer_id = default_writer_id()
-    commit = commit_from_json(
-        raw, table=qualified, writer_id=writer_id, base_version=-1, now_ms=int(time.time() * 1000)
+    commit = commit_from_json(  # checked before anything is read; the handle names the writer
+        raw, table=qualified, writer_id="segcat-commit", base_version=-1, now_ms=int(time.time() * 1000)
     )
-    with TableWriter(Config.load(), qualified, writer_id=writer_id) as writer:
+    with load_catalog().load_table(qualified) as table:
+        if "writer_id" not in raw:
+            commit = dataclasses.replace(commit, writer_id=table.writer_id)
         if "base_version" not in raw:
-            commit = dataclasses.replace(commit, base_version=writer.refresh().version)
-        version = writer.commit(commit)
+            commit = dataclasses.replace(commit, base_version=table.refresh().version)
+        version = table.commit(commit)
     console.print(
         f"[green]ACCEPTED[/] {commit.operation.value} {commit.commit_id} → version [bold]{version}[/]"
     )

@@ -23,14 +23,17 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from segcat import local_stack
-from segcat.catalog.config import Config
-from segcat.catalog.errors import CommitConflict
-from segcat.catalog.protocol.expressions import col
-from segcat.catalog.protocol.model import Segment
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.storage.parquet_stats import segment_from_parquet
-from segcat.catalog.write import TableWriter
+from segcat import (
+    Catalog,
+    CommitConflict,
+    Config,
+    Segment,
+    Table,
+    col,
+    load_catalog,
+    local_stack,
+    segment_from_parquet,
+)
 from segcat.cli.params import Integer
 from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.render import console
@@ -78,13 +81,15 @@ def demo_cmd(days: int, files_per_day: int) -> None:
     config = replace(Config.load(), keyframe_every_commits=4, metrics_port=0)
     namespace = f"demo_{dt.datetime.now(dt.UTC):%Y%m%d_%H%M%S}"
     name = f"{namespace}.events"
-    catalog = Catalog(config)
+    catalog = load_catalog(config)
     table = catalog.create_table(name)
-    console.rule(f"[bold]table {name}[/] (topic {table.name.topic}, root {table.root})")
+    root = table.location()
+    console.rule(f"[bold]table {name}[/] (topic {table.name.topic}, root {root})")
     with _materializer(config, rf"^segcat\.{namespace}\..*"), _watcher(table):
-        won, before_compaction = _commits(config, table, name, days, files_per_day)
+        won, before_compaction = _commits(catalog, root, name, days, files_per_day)
         _wait_materialized(catalog, name)
     _reads(name, table, before_compaction, won)
+    catalog.close()
 
 
 @contextmanager
@@ -132,46 +137,44 @@ def _watcher(table: Table) -> Iterator[None]:
 
 
 def _wait_materialized(catalog: Catalog, name: str) -> None:
-    table = catalog.table(name)
+    """Until Redis alone answers the head (no tail judged from Kafka: it holds the last version)."""
+    table = catalog.load_table(name)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if (
-            table.snapshot().origin == "redis"
-            and table.snapshot().version == table.state().last_accepted_version
-        ):
+        if table.snapshot().origin == "redis":
             return
         time.sleep(0.1)
 
 
-def _commits(config: Config, table: Table, name: str, days: int, files_per_day: int) -> tuple[int, int]:
+def _commits(catalog: Catalog, root: str, name: str, days: int, files_per_day: int) -> tuple[int, int]:
     """Daily appends, a compaction race between two writers, and a soft delete."""
     first_day = dt.date(2026, 11, 1)
     with (
-        TableWriter(config, name, writer_id="daily-loader") as loader,
-        TableWriter(config, name, writer_id="compactor-A") as comp_a,
-        TableWriter(config, name, writer_id="compactor-B") as comp_b,
+        catalog.load_table(name, writer_id="daily-loader") as loader,
+        catalog.load_table(name, writer_id="compactor-A") as comp_a,
+        catalog.load_table(name, writer_id="compactor-B") as comp_b,
     ):
         for d in range(days):
             day = first_day + dt.timedelta(days=d)
-            segments = [_write_day(table.root, day, 200, d * files_per_day + f) for f in range(files_per_day)]
+            segments = [_write_day(root, day, 200, d * files_per_day + f) for f in range(files_per_day)]
             started = time.perf_counter()
             version = loader.append(segments, properties={"job": "daily-load", "day": day.isoformat()})
             console.print(
                 f"APPEND {day}: {files_per_day} Parquet segments → version [bold]{version}[/] "
                 f"({(time.perf_counter() - started) * 1000:.1f} ms)"
             )
-        before_compaction = loader.state.version
+        before_compaction = loader.refresh().version
 
         # two compactors plan on the same image and race for the same segments
-        comp_a.refresh()
+        image = comp_a.refresh()
         comp_b.refresh()
         day0 = first_day.isoformat()
-        victims = sorted(s for s, live in comp_a.state.segments.items() if live.segment.partition == day0)
-        merged = _write_day(table.root, first_day, 600, 900)
+        victims = sorted(s for s, live in image.segments.items() if live.segment.partition == day0)
+        merged = _write_day(root, first_day, 600, 900)
         won = comp_a.compact(victims, [merged], properties={"job": "compaction"})
         console.print(f"COMPACT by compactor-A: {len(victims)} → 1 segment → version [bold]{won}[/]")
         try:
-            comp_b.compact(victims, [_write_day(table.root, first_day, 600, 901)])
+            comp_b.compact(victims, [_write_day(root, first_day, 600, 901)])
         except CommitConflict as conflict:
             console.print(
                 f"COMPACT by compactor-B: [red]CommitConflict[/] rule {conflict.rule}, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table as RichTable
 
-from segcat.catalog.config import Config
+from segcat import Config
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import table_name
 from segcat.catalog.storage.redis.leases import LeaseStore

@@ -9,9 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.read.vacuum import vacuum
+from segcat import load_catalog
 from segcat.cli.params import DURATION, POSITIVE
 from segcat.cli.render import console
 
@@ -26,7 +24,7 @@ def prune_cmd(
     name: str, retain_versions: int | None, retain_age: int | None, dry_run: bool, as_json: bool
 ) -> None:
     """Cut table NAME's Kafka log from its beginning; the versions stay readable from object storage."""
-    table = Catalog(Config.load()).table(name)
+    table = load_catalog().load_table(name)
     result = table.prune_log(retain_versions=retain_versions, retain_age_ms=retain_age, dry_run=dry_run)
     plan = result.plan
     if as_json:
@@ -78,7 +76,7 @@ def vacuum_cmd(
     as_json: bool,
 ) -> None:
     """Delete files of table NAME that no kept or leased version and no live write intent needs."""
-    table = Catalog(Config.load()).table(name)
+    table = load_catalog().load_table(name)
     progress = Progress(
         TextColumn("deleting"),
         BarColumn(),
@@ -93,8 +91,7 @@ def vacuum_cmd(
         def advance(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        report = vacuum(
-            table,
+        report = table.vacuum(
             retain_versions=retain_versions,
             grace_ms=grace,
             dry_run=dry_run,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import click
 from rich.table import Table as RichTable
 
-from segcat.catalog.config import Config
+from segcat import load_catalog
 from segcat.catalog.protocol.jsonio import commit_to_json, dumps, segment_to_json
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read import snapshot_json
-from segcat.catalog.read.table import Catalog
 from segcat.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts, print_note, replay_progress, segments_view
 
@@ -31,7 +30,7 @@ _STYLE = {
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (strict JSON).")
 def log_cmd(name: str, start: int, limit: int | None, accepted_only: bool, as_json: bool) -> None:
     """Every record of table NAME with the rules' verdict: the commit log."""
-    table = Catalog(Config.load()).table(name)
+    table = load_catalog().load_table(name)
     records = [r for r in table.records(start) if not accepted_only or r.verdict.outcome is Outcome.ACCEPTED]
     if limit is not None:
         records = records[-limit:]
@@ -94,9 +93,9 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
     """The live segments of table NAME at a version or time."""
     if version is not None and as_of is not None:
         raise click.UsageError("give --version or --as-of, not both")
-    table = Catalog(Config.load()).table(name)
-    with replay_progress(table, "replaying") as listener:
-        snap = table.snapshot(version, as_of, listener=listener)
+    table = load_catalog().load_table(name)
+    with replay_progress("replaying") as progress:
+        snap = table.snapshot(version, as_of=as_of, progress=progress)
     note = snap.note or snapshot_json.version_note(table, version, snap)
     print_note(note)
     segments = snap.segment_list()
@@ -151,7 +150,7 @@ def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | Non
 )
 def diff_cmd(name: str, from_version: int, to_version: int, limit: int | None, as_json: bool) -> None:
     """Segments to load and unload to move table NAME from FROM_VERSION to TO_VERSION."""
-    table = Catalog(Config.load()).table(name)
+    table = load_catalog().load_table(name)
     diff = table.diff(from_version, to_version)
     if as_json:
         added, removed = list(diff.added), list(diff.removed)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from segcat.catalog.protocol.model import Segment
-from segcat.catalog.protocol.replay import Applied, Listener
-from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Table
+from segcat import Segment
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,26 +29,33 @@ def print_note(note: str | None) -> None:
 
 
 @contextmanager
-def replay_progress(table: Table, label: str) -> Iterator[Listener]:
-    """A listener that drives a progress bar over the records of ``table``'s log."""
-    total = max(table.head_offset() + 1, 0)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=total < 2_000,
-    )
-    with progress:
-        task = progress.add_task(label, total=total)
+def replay_progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback (``Table.snapshot(progress=...)``) that drives a progress
+    bar over the records of a log being replayed; shown from 2,000 records on."""
+    progress: Progress | None = None
 
-        def advance(applied: Applied, _: TableState) -> None:
-            if applied.verdict.offset % 500 == 0:
-                progress.update(task, completed=applied.verdict.offset + 1)
+    def advance(done: int, total: int) -> None:
+        nonlocal progress
+        if total < 2_000 or (done - 1) % 500 != 0:
+            return
+        if progress is None:
+            progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            progress.start()
+            progress.add_task(label, total=total)
+        progress.update(progress.task_ids[0], completed=done)
 
+    try:
         yield advance
+    finally:
+        if progress is not None:
+            progress.stop()
 
 
 def segments_view(segments: list[Segment], title: str, limit: int) -> RichTable:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from segcat.catalog.config import Config
+from segcat import Config, load_catalog
 from segcat.catalog.protocol.jsonio import dumps
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from segcat.cli.params import POSITIVE, VERSION
 from segcat.cli.render import console, fmt_ts
@@ -43,7 +42,7 @@ def watch_cmd(
                     return
     if not name:
         raise click.UsageError("name a table, or use --all")
-    table = Catalog(config).table(name)
+    table = load_catalog(config).load_table(name)
     with table.watch(from_version) as watcher:
         if not as_json:
             console.print(f"watching [bold]{table.name}[/] after version {watcher.last} (Ctrl-C to stop)")

@@ -6,11 +6,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from segcat.catalog.config import Config
+from segcat import load_catalog
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
 from segcat.catalog.protocol.jsonio import dumps
-from segcat.catalog.read.purge import purge
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.protocol.names import table_name
 from segcat.cli.params import Integer
 
 console = Console()
@@ -39,7 +38,7 @@ def table() -> None:
 )
 def create(name: str, max_message_bytes: int) -> None:
     """Create table NAME ('<namespace>.<table>')."""
-    created = Catalog(Config.load()).create_table(name, max_message_bytes=max_message_bytes)
+    created = load_catalog().create_table(name, max_message_bytes=max_message_bytes)
     console.print(f"created [bold]{created.name}[/] (topic {created.name.topic})")
 
 
@@ -47,7 +46,7 @@ def create(name: str, max_message_bytes: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"tables": ["ns.t", ...]}.')
 def list_tables(as_json: bool) -> None:
     """List every table on the cluster."""
-    names = Catalog(Config.load()).list_tables()
+    names = load_catalog().list_tables()
     if as_json:
         click.echo(dumps({"tables": [name.qualified for name in names]}))
         return
@@ -60,11 +59,11 @@ def list_tables(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, named as the Python API.")
 def describe(name: str, as_json: bool) -> None:
     """Show a table's topic configuration, protocol, location and head."""
-    opened = Catalog(Config.load()).table(name)
+    opened = load_catalog().load_table(name)
     protocol = opened.protocol()
     if as_json:
         head = opened.snapshot(include_dropped=True)
-        info = opened.info
+        info = opened.topic
         click.echo(
             dumps(
                 {
@@ -100,14 +99,14 @@ def describe(name: str, as_json: bool) -> None:
         "compression.type",
         "min.insync.replicas",
     ):
-        console.print(f"  {key} = {opened.info.config.get(key)}")
+        console.print(f"  {key} = {opened.topic.config.get(key)}")
 
 
 @table.command("upgrade")
 @click.argument("name")
 def upgrade(name: str) -> None:
     """Move table NAME to this segcat's protocol, recording its location (no-op when it is there)."""
-    opened = Catalog(Config.load()).table(name)
+    opened = load_catalog().load_table(name)
     before = opened.protocol()
     version = opened.upgrade_protocol()
     after = opened.protocol()
@@ -124,11 +123,11 @@ def upgrade(name: str) -> None:
 @click.argument("name")
 def drop(name: str) -> None:
     """Drop table NAME: readers and writers get TableDropped until it is undropped or purged."""
-    opened = Catalog(Config.load()).table(name)
-    version = opened.drop()
+    parsed = table_name(name)
+    version = load_catalog().drop_table(parsed)
     console.print(
-        f"dropped [bold]{opened.name}[/] at version {version}; "
-        f"`segcat table undrop {opened.name}` restores it, `segcat table purge {opened.name}` deletes it"
+        f"dropped [bold]{parsed}[/] at version {version}; "
+        f"`segcat table undrop {parsed}` restores it, `segcat table purge {parsed}` deletes it"
     )
 
 
@@ -136,9 +135,9 @@ def drop(name: str) -> None:
 @click.argument("name")
 def undrop(name: str) -> None:
     """Bring back a dropped table NAME (before it is purged)."""
-    opened = Catalog(Config.load()).table(name)
-    version = opened.undrop()
-    console.print(f"undropped [bold]{opened.name}[/] at version {version}")
+    parsed = table_name(name)
+    version = load_catalog().undrop_table(parsed)
+    console.print(f"undropped [bold]{parsed}[/] at version {version}")
 
 
 @table.command("purge")
@@ -154,11 +153,11 @@ def purge_cmd(name: str, yes: bool, allow_unfenced: bool) -> None:
 
     The purge first records its fence in the log; from then on the table can no longer be
     undropped (and an undrop that came first stops the purge before it deletes anything)."""
-    catalog = Catalog(Config.load())
-    opened = catalog.table(name)
+    catalog = load_catalog()
+    opened = catalog.load_table(name)  # TableNotFound before asking
     if not yes:
         click.confirm(f"delete every file and the topic of {opened.name}?", abort=True)
-    report = purge(catalog, opened, allow_unfenced=allow_unfenced)
+    report = catalog.purge_table(opened.name, allow_unfenced=allow_unfenced)
     fence = "" if report.fence_version is None else f" (fence at version {report.fence_version})"
     console.print(
         f"purged [bold]{report.table}[/]{fence}: {report.data_files:,} data files, "

@@ -1,5 +1,5 @@
-"""Shared bits of the examples: the config, the Spark session, opening or creating a table, and
-``run``, which turns any failure into one line on stderr with the ``segcat`` CLI's exit codes."""
+"""Shared bits of the examples: the Spark session, opening or creating a table, and ``run``,
+which turns any failure into one line on stderr with the ``segcat`` CLI's exit codes."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from segcat.catalog.config import Config
-from segcat.catalog.errors import EXIT_ERROR, EXIT_INTERRUPTED, SegcatError, TableNotFound, exit_code
-from segcat.catalog.read.table import Catalog, Table
+from segcat import SegcatError, Table, TableNotFound, exit_code, load_catalog
 from segcat.spark_integration import local_session
 
+EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+"""README, "Exit codes": anything else, and Ctrl-C."""
 
-def open_table(config: Config, name: str, *, create: bool = False) -> Table:
-    """The table ``name``; created first when ``create`` and it does not exist yet."""
-    catalog = Catalog(config)
+
+def open_table(name: str, *, create: bool = False) -> Table:
+    """The table ``name`` (configured by the environment, as the CLI); created first when
+    ``create`` and it does not exist yet."""
+    catalog = load_catalog()
     try:
-        return catalog.table(name)
+        return catalog.load_table(name)
     except TableNotFound as exc:
         if not create:
             raise TableNotFound(f"{exc} (examples/daily_append.py creates it)") from exc

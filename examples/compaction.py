@@ -18,9 +18,7 @@ import sys
 from _common import open_table, run, session
 
 import segcat.spark_integration as si
-from segcat.catalog.config import Config
-from segcat.catalog.errors import EXIT_CONFLICT, CommitConflict
-from segcat.catalog.protocol.expressions import col
+from segcat import CommitConflict, col, exit_code
 
 
 def main() -> None:
@@ -30,8 +28,7 @@ def main() -> None:
     parser.add_argument("--day", type=dt.date.fromisoformat, help="only segments that may hold this day")
     args = parser.parse_args()
 
-    config = Config.load()
-    table = open_table(config, args.table)
+    table = open_table(args.table)
     before = table.snapshot()
     spark = session("segcat-compaction")
     where = col("day") == args.day if args.day else None
@@ -39,7 +36,7 @@ def main() -> None:
         version = si.compact(spark, table, where=where, target_file_rows=args.target_file_rows)
     except CommitConflict as conflict:
         print(f"error: compaction lost a race, nothing changed: {conflict}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFLICT) from conflict
+        raise SystemExit(exit_code(conflict)) from conflict
     finally:
         spark.stop()
     after = table.snapshot(version)

@@ -18,8 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import segcat.spark_integration as si
-from segcat.catalog.config import Config
-from segcat.catalog.protocol.model import Isolation
+from segcat import Isolation
 
 
 def events(spark: SparkSession, start: dt.date, days: int, rows_per_day: int) -> DataFrame:
@@ -53,8 +52,7 @@ def main() -> None:
     parser.add_argument("--serializable", action="store_true", help="with --replace: fail on a racing append")
     args = parser.parse_args()
 
-    config = Config.load()
-    table = open_table(config, args.table, create=True)
+    table = open_table(args.table, create=True)
     start = args.start or dt.datetime.now(dt.UTC).date() - dt.timedelta(days=args.days)
     spark = session("segcat-daily-append")
     df = events(spark, start, args.days, args.rows_per_day)

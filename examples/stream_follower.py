@@ -19,7 +19,6 @@ from _common import open_table, run, session
 from pyspark.sql import DataFrame
 
 import segcat.spark_integration as si
-from segcat.catalog.config import Config
 
 
 def show(df: DataFrame, batch_id: int) -> None:
@@ -47,14 +46,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, help="stop after this many seconds")
     args = parser.parse_args()
 
-    config = Config.load()
-    open_table(config, args.table)  # fail early and clearly if it does not exist
+    table = open_table(args.table)  # fail early and clearly if it does not exist
     spark = session("segcat-stream-follower")
     reader = (
         spark.readStream.format("segcat")
         .option("table", args.table)
         .option("startingVersion", args.starting_version)
-        .options(**si.source_options(config))
+        .options(**si.source_options(table.catalog.config))
     )
     if args.max_versions_per_trigger:
         reader = reader.option("maxVersionsPerTrigger", str(args.max_versions_per_trigger))

@@ -31,7 +31,7 @@ from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Protocol
 from segcat.catalog.read import broker_clock
 from segcat.catalog.read.purge import drop_info, purge
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.read.table import Tables
 from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.redis.leases import LeaseStore
 from segcat.materializer import metrics
@@ -84,7 +84,7 @@ class Maintenance:
         self.facts = facts
         self.interval_s = interval_s
         self.stop = threading.Event()
-        self._catalog: Catalog | None = None
+        self._catalog: Tables | None = None
         self._last_prune: dict[str, float] = {}
         self._last_vacuum: dict[str, float] = {}
         self._unfenced_warned: set[str] = set()
@@ -104,9 +104,9 @@ class Maintenance:
             self.run_once()
 
     @property
-    def catalog(self) -> Catalog:
+    def catalog(self) -> Tables:
         if self._catalog is None:
-            self._catalog = Catalog(self.config)
+            self._catalog = Tables(self.config)
         return self._catalog
 
     def run_once(self, now_ms: int | None = None) -> None:
@@ -146,7 +146,7 @@ class Maintenance:
         if (retain_versions is not None or retain_ms is not None) and self._due(
             self._last_prune, facts.name, every
         ):
-            result = self.catalog.table(facts.name).prune_log(
+            result = self.catalog.open(facts.name).prune_log(
                 retain_versions=retain_versions, retain_age_ms=retain_ms
             )
             if result.marker_version is not None:
@@ -157,7 +157,7 @@ class Maintenance:
                 )
         vacuum_every = _int(props, VACUUM_EVERY_MS)
         if vacuum_every is not None and self._due(self._last_vacuum, facts.name, vacuum_every):
-            report = vacuum(self.catalog.table(facts.name))
+            report = vacuum(self.catalog.open(facts.name))
             for reason, counts in report.by_reason().items():
                 metrics.FILES_DELETED.labels(facts.name, reason).inc(counts["files"])
                 metrics.BYTES_DELETED.labels(facts.name, reason).inc(counts["bytes"])
@@ -171,7 +171,7 @@ class Maintenance:
         keep = _int(facts.properties, DROPPED_RETAIN_MS, DEFAULT_DROPPED_RETAIN_MS)
         if keep is None:
             return
-        table = self.catalog.table(facts.name)
+        table = self.catalog.open(facts.name)
         dropped_ms, protocol = facts.dropped_at_ms, facts.protocol
         if dropped_ms is None or protocol is None:
             info = drop_info(table)

@@ -82,7 +82,7 @@ class FileSpec:
     commit_id: str | None = None
     """Provenance: the id of the commit that will add the files (minted before they are written)."""
     writer_id: str | None = None
-    """Provenance: the id of the ``TableWriter`` that will publish that commit."""
+    """Provenance: the id of the writer (``Table.writer_id``) that will publish that commit."""
 
     def provenance(self) -> dict[str, str]:
         """The Parquet key-value metadata every file of this spec carries (fields that are None omitted)."""

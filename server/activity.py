@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.read.table import Table
+from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage.redis import Head
 
 
@@ -42,7 +42,7 @@ class ActivityTracker:
         self,
         name: str,
         log_end: int,
-        open_table: Callable[[], Table],
+        open_table: Callable[[], TableReader],
         head: Head | None = None,
         *,
         unmaterialized_unknown: bool = False,

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
+from segcat import Config
+from segcat.catalog.read.table import Tables
 from segcat.server import dashboard, events_api, health_api, public_errors, tables_api
 from segcat.server.access import AccessControl
 from segcat.server.activity import ActivityTracker
@@ -31,7 +31,7 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
     settings = settings or ServeSettings()
     settings.check()
     metrics = ServeMetrics()
-    catalog = Catalog(config, use_redis=False)
+    catalog = Tables(config, use_redis=False)
     catalog.redis = TimeBoxedRedis.for_server(config)
     frames = EventFrames()
     ctx = ServerContext(

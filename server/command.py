@@ -7,9 +7,8 @@ import logging
 import click
 from click.core import ParameterSource
 
+from segcat import Config, ConfigError
 from segcat.catalog import logs
-from segcat.catalog.config import Config
-from segcat.catalog.errors import ConfigError
 from segcat.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings, read_token_file
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from segcat.catalog.config import Config
+from segcat import Config
 from segcat.server.activity import ActivityTracker
 from segcat.server.event_frames import EventFrames
 from segcat.server.metrics import ServeMetrics

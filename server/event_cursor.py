@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from segcat.catalog.errors import InvalidArgument
+from segcat import InvalidArgument, TableName
 from segcat.catalog.log.topics import TopicAdmin
-from segcat.catalog.protocol.names import TableName, table_name
+from segcat.catalog.protocol.names import table_name
 
 MAX_CURSOR = 64 * 1024
 MAX_TABLES = 4096

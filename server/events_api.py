@@ -24,9 +24,7 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Receive, Scope, Send
 
-from segcat.catalog.errors import SegcatError
-from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.version_change import VersionChange
+from segcat import SegcatError, TableName, VersionChange
 from segcat.server.context import ServerContext, context
 from segcat.server.event_cursor import COMPACT_AT, MAX_CURSOR, Cursor, Rebase, rebase, version_arg
 from segcat.server.table_scout import PROBE_S

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from segcat.catalog.errors import SegcatError
+from segcat import SegcatError
 from segcat.server.context import ServerContext, context
 from segcat.server.public_errors import public_message
 

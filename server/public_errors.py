@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from segcat.catalog.errors import (
+from segcat import (
     ConfigError,
     InvalidArgument,
     InvalidTableName,

@@ -19,8 +19,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from segcat.catalog.config import Config
-from segcat.catalog.errors import ServiceUnavailable
+from segcat import Config, ServiceUnavailable
 from segcat.catalog.storage.redis import RedisStore
 
 TIMEOUT_S = 1.0

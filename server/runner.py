@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from segcat.catalog.errors import ConfigError
+from segcat import ConfigError
 from segcat.server.http_limits import BoundedHttpToolsProtocol
 from segcat.server.settings import ServeSettings
 

@@ -5,21 +5,21 @@ from __future__ import annotations
 import threading
 import time
 
-from segcat.catalog.errors import TableNotFound
-from segcat.catalog.protocol.names import TableName, table_name
-from segcat.catalog.read.table import Catalog, Table
+from segcat import TableName, TableNotFound
+from segcat.catalog.protocol.names import table_name
+from segcat.catalog.read.table import TableReader, Tables
 
 OPEN_TTL_S = 30.0
 """How long an opened table is reused before its topic is described again (a deleted topic shows)."""
 
 
 class TableDirectory:
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Tables) -> None:
         self.catalog = catalog
-        self._opened: dict[str, tuple[float, Table]] = {}
+        self._opened: dict[str, tuple[float, TableReader]] = {}
         self._lock = threading.Lock()
 
-    def open(self, name: str) -> Table:
+    def open(self, name: str) -> TableReader:
         """The table ``name`` (``InvalidTableName`` → 400, ``TableNotFound`` → 404)."""
         parsed = table_name(name)
         now = time.monotonic()
@@ -28,7 +28,7 @@ class TableDirectory:
         if cached is not None and now - cached[0] < OPEN_TTL_S:
             return cached[1]
         try:
-            table = self.catalog.table(parsed)
+            table = self.catalog.open(parsed)
         except TableNotFound:
             with self._lock:
                 self._opened.pop(parsed.qualified, None)

@@ -11,9 +11,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from segcat.catalog.errors import SegcatError
-from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.table import Catalog
+from segcat import SegcatError, TableName
+from segcat.catalog.read.table import Tables
 
 log = logging.getLogger("segcat.serve")
 
@@ -22,7 +21,7 @@ RETRY_S = 1.0
 
 
 class TableScout:
-    def __init__(self, catalog: Catalog, on_moved: Callable[[str], None]) -> None:
+    def __init__(self, catalog: Tables, on_moved: Callable[[str], None]) -> None:
         self._catalog = catalog
         self._on_moved = on_moved
         self._stopped = threading.Event()

@@ -13,14 +13,12 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from segcat.catalog.errors import InvalidArgument, SegcatError, ServiceUnavailable
+from segcat import InvalidArgument, SegcatError, ServiceUnavailable, Snapshot, parse_predicate
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import check_identifier
-from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.as_of import parse_as_of
-from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage.redis import Head
 from segcat.server import views
 from segcat.server.context import ServerContext, context

@@ -25,11 +25,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from segcat.catalog.errors import SegcatError
-from segcat.catalog.protocol.names import TableName
-from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.watch import Watcher
+from segcat import SegcatError, TableName, VersionChange, Watcher
+from segcat.catalog.read.table import TableReader, Tables
 from segcat.server.table_scout import TableScout
 
 log = logging.getLogger("segcat.serve")
@@ -156,7 +153,7 @@ class TableFeed:
 
     def __init__(
         self,
-        table: Table,
+        table: TableReader,
         loop: asyncio.AbstractEventLoop,
         keep: int,
         on_version: Callable[[], None],
@@ -335,7 +332,7 @@ class FeedHub:
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: Tables,
         keep: int,
         on_version: Callable[[], None],
         size_of: Callable[[VersionChange], int] = lambda change: 256,
@@ -354,7 +351,7 @@ class FeedHub:
         self._watchdog = threading.Thread(target=self._watch_stalls, name="segcat-feed-watchdog", daemon=True)
         self._watchdog.start()
 
-    async def feed(self, table: Table) -> TableFeed:
+    async def feed(self, table: TableReader) -> TableFeed:
         name = table.name.qualified
         found = self._feeds.get(name)
         if found is not None:
@@ -417,7 +414,7 @@ class FeedHub:
 
         async def open_feed() -> None:
             try:
-                table = await asyncio.to_thread(self._catalog.table, name)
+                table = await asyncio.to_thread(self._catalog.open, name)
                 await self.feed(table)
             except SegcatError as exc:
                 log.info("no feed for a table that moved", extra={"table": name, "reason": str(exc)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from segcat.catalog.read.snapshot import Snapshot
+from segcat import Snapshot
 from segcat.catalog.read.table import TimelineEntry
 from segcat.catalog.storage.redis import Head
 

@@ -79,19 +79,25 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 from redis.exceptions import AuthenticationError, NoPermissionError
 
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, ServiceUnavailable, VersionNotFound
+from segcat import (
+    Config,
+    HeldLease,
+    InvalidArgument,
+    ServiceUnavailable,
+    TableName,
+    VersionNotFound,
+    load_catalog,
+)
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.jsonio import segment_to_json
-from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
-from segcat.catalog.read.lease import HeldLease, try_hold
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.read.as_of import as_of_ms
+from segcat.catalog.read.lease import try_hold
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis.leases import default_holder
@@ -102,7 +108,6 @@ from segcat.spark_integration.options import (
     is_service_option,
     lower_keys,
 )
-from segcat.spark_integration.reader import as_of_ms
 
 VERSIONS_SCHEMA = (
     "table STRING, version BIGINT, prev_version BIGINT, timestamp TIMESTAMP, commit_id STRING, "
@@ -730,8 +735,8 @@ class SegmentsReader(DataSourceReader):
         )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        table = Catalog(self._options.config()).table(self._options.name)
-        snapshot = table.snapshot(version=self._version, as_of_ms=self._as_of)
+        table = load_catalog(self._options.config()).load_table(self._options.name)
+        snapshot = table.snapshot(self._version, as_of=self._as_of)
         wide = snapshot.segments
         added = dict(
             zip(wide.column("segment_id").to_pylist(), wide.column("added_version").to_pylist(), strict=True)

@@ -29,7 +29,8 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DateType, StructType, TimestampNTZType, TimestampType
 
-from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or, Predicate
+from segcat import Predicate
+from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, LiteralValue, Not, Or
 from segcat.catalog.protocol.literals import time_text
 from segcat.catalog.protocol.time_semantics import DAY_US, Semantics, TimestampKind, micros
 

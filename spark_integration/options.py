@@ -13,9 +13,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
+from segcat import Config, ConfigError
 from segcat.catalog import urls
-from segcat.catalog.config import Config
-from segcat.catalog.errors import ConfigError
 
 PREFIX = "segcat."
 KAFKA_PREFIX = "segcat.kafka."

@@ -21,10 +21,7 @@ caller's session, a tombstone what it means at UTC.
 from __future__ import annotations
 
 import bisect
-import datetime as dt
 import functools
-import math
-import numbers
 import weakref
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,22 +30,28 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument, InvalidPredicate
-from segcat.catalog.protocol.expressions import Predicate
-from segcat.catalog.protocol.model import ColumnType, Segment, Tombstone
-from segcat.catalog.protocol.names import TableName, table_name
-from segcat.catalog.protocol.predicates import parse_predicate
-from segcat.catalog.protocol.time_semantics import micros
-from segcat.catalog.read.lease import HeldLease, try_hold
-from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Catalog, Table
+from segcat import (
+    ColumnType,
+    Config,
+    HeldLease,
+    InvalidPredicate,
+    Predicate,
+    Segment,
+    Snapshot,
+    Table,
+    TableName,
+    Tombstone,
+    load_catalog,
+    parse_predicate,
+)
+from segcat.catalog.protocol.names import table_name
+from segcat.catalog.read.as_of import AsOf, as_of_ms
+from segcat.catalog.read.lease import hold_or_warn
 from segcat.catalog.storage.redis.leases import MAX_VERSION, default_holder
 from segcat.spark_integration import schemas
 from segcat.spark_integration.filters import balanced, session_semantics, to_column
 
 TableRef = str | TableName | Table
-AsOf = int | float | dt.datetime | dt.date | str
 
 
 @dataclass(frozen=True)
@@ -72,43 +75,7 @@ def open_table(table: TableRef, config: Config | None) -> Table:
     """A ``Table`` for a name (with ``config`` or the environment's) or the table itself."""
     if isinstance(table, Table):
         return table
-    return Catalog(config or Config.load()).table(table_name(table))
-
-
-def as_of_ms(value: AsOf | None) -> int | None:
-    """Milliseconds since the epoch from ms, a datetime or date (naive = UTC) or an ISO-8601 string.
-
-    Fractional milliseconds are floored: a version's time is the broker's, in whole
-    milliseconds, so "the last record at or before T" is the same for T and its floor (as
-    pyiceberg's and Delta's time travel take any time). Anything else is ``InvalidArgument``.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InvalidArgument(f"as_of is a time, not {value!r}")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        if not math.isfinite(value):
-            raise InvalidArgument(f"as_of {value!r} is not a time (milliseconds since the epoch)")
-        return math.floor(value)
-    if isinstance(value, str):
-        try:
-            moment = dt.datetime.fromisoformat(value)
-        except ValueError:
-            raise InvalidArgument(
-                f"as_of {value[:80]!r} is not an ISO-8601 time (e.g. 2024-01-01T12:00:00+00:00)"
-            ) from None
-    elif isinstance(value, dt.datetime):
-        moment = value
-    elif isinstance(value, dt.date):
-        moment = dt.datetime.combine(value, dt.time(), tzinfo=dt.UTC)
-    else:
-        raise InvalidArgument(
-            "as_of is milliseconds since the epoch, a datetime or an ISO-8601 string, "
-            f"not {type(value).__name__}"
-        )
-    return micros(moment) // 1000
+    return load_catalog(config).load_table(table_name(table))
 
 
 def read(
@@ -146,12 +113,10 @@ def read(
     opened = open_table(table, config)
     at_ms = as_of_ms(as_of)
     if version is None:  # the version to lease first; the snapshot then reads exactly that one
-        version, at_ms = opened.resolve_version(None, at_ms).bound, None
-    lease = (
-        try_hold(opened.redis, opened.name, version, holder=_holder("read")) if _leasable(version) else None
-    )
+        version, at_ms = opened.resolve_version(as_of=at_ms), None
+    lease = hold_or_warn(opened.lease(version, holder=_holder("read"))) if _leasable(version) else None
     try:
-        snapshot = opened.snapshot(version=version, as_of_ms=at_ms)
+        snapshot = opened.snapshot(version, as_of=at_ms)
         frame = read_snapshot(spark, snapshot, where=where, filter=filter)
     except BaseException:
         if lease is not None:

@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     TimestampNTZType,
 )
 
-from segcat.catalog.errors import IncompatibleSchema
+from segcat import IncompatibleSchema
 
 MAX_DECIMAL_PRECISION = 38
 _INTEGRAL_RANK: dict[type[DataType], int] = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}

@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from segcat.catalog.config import Config
+from segcat import Config
 
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws"
 AWS_SDK_FOR_HADOOP = {"3.5.0": "2.35.4"}

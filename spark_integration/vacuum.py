@@ -32,10 +32,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegralType, StringType
 
-from segcat.catalog.config import Config
+from segcat import Config, Table, VacuumReport
 from segcat.catalog.protocol.locations import is_absolute_uri, location_problem, relative_problem, relative_to
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.read.vacuum import Doomed, VacuumReport, execute
+from segcat.catalog.read.table import TableReader, Tables
+from segcat.catalog.read.vacuum import Doomed, execute
 from segcat.catalog.read.vacuum import vacuum as core_vacuum
 from segcat.producers.segment_files import filesystem
 from segcat.spark_integration.reader import TableRef, table_ref
@@ -458,7 +458,7 @@ def vacuum(
     collects every orphan's path to the driver (for the report); otherwise only their count
     and bytes come back.
     """
-    handle = table if isinstance(table, Table) else Catalog(config or Config.load()).table(table_ref(table))
+    handle = _reader(table, config)
     report = core_vacuum(
         handle,
         retain_versions=retain_versions,
@@ -495,6 +495,13 @@ def vacuum(
     report.deleted += files
     report.deleted_bytes += size
     return report
+
+
+def _reader(table: TableRef, config: Config | None) -> TableReader:
+    """The read side the in-process vacuum plans with: of a handle's own log, or of a name's."""
+    if isinstance(table, Table):
+        return Tables(table.catalog.config).open_topic(table.topic)
+    return Tables(config or Config.load()).open(table_ref(table))
 
 
 def _recheck(spark: SparkSession, report: VacuumReport, listed: DataFrame) -> DataFrame:

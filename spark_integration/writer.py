@@ -4,7 +4,7 @@ Both run in two steps, also offered separately (``stage_write`` / ``stage_compac
 
 1. *stage*: read the table's state (the commit's ``base_version``), run the Spark job that
    writes the segment files on the executors, and plan the commit;
-2. *commit*: publish it with a ``TableWriter``; the log's rules decide.
+2. *commit*: publish it through a ``segcat.Table`` handle; the log's rules decide.
 
 The base version is taken *before* the Spark job starts, so anything committed while the
 job runs counts as concurrent: a SERIALIZABLE replace sees a concurrent append into its
@@ -32,17 +32,23 @@ from typing import Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from segcat.catalog.config import Config
-from segcat.catalog.errors import InvalidArgument
-from segcat.catalog.protocol.expressions import Predicate
+from segcat import (
+    Commit,
+    Config,
+    InvalidArgument,
+    Isolation,
+    Operation,
+    Predicate,
+    Segment,
+    Snapshot,
+    Table,
+    WriteIntent,
+    load_catalog,
+)
 from segcat.catalog.protocol.jsonio import segment_from_json
-from segcat.catalog.protocol.model import Commit, Isolation, Operation, Segment
-from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import MAX_ID_LENGTH
 from segcat.catalog.protocol.state import LiveSegment, TableState
-from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Table, table_root
-from segcat.catalog.write import TableWriter, WriteIntent
+from segcat.catalog.read.table import table_root
 from segcat.producers.segment_files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
 from segcat.spark_integration import schemas
 from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
@@ -61,10 +67,10 @@ GROUPS_PER_JOB = 64
 class StagedWrite:
     """Files written and a commit planned against ``base_version``; nothing published yet.
 
-    Use as a context manager (it holds a ``TableWriter``) and call ``commit()``.
+    Use as a context manager (it holds a table handle of its own) and call ``commit()``.
     """
 
-    writer: TableWriter
+    writer: Table
     planned: Commit | None
     """None: nothing to publish (an empty append, a compaction with nothing to merge)."""
     base_version: int
@@ -110,7 +116,7 @@ class StagedWrite:
 def _config(table: TableRef, config: Config | None) -> Config:
     if config is not None:
         return config
-    return table.config if isinstance(table, Table) else Config.load()
+    return table.catalog.config if isinstance(table, Table) else Config.load()
 
 
 def _columns(value: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -130,9 +136,14 @@ def _job_properties(spark: SparkSession, kind: str, extra: Mapping[str, str] | N
     }
 
 
-def _open_writer(config: Config, name: TableName, spark: SparkSession) -> TableWriter:
+def _open_writer(table: TableRef, config: Config, spark: SparkSession) -> Table:
+    """A handle of the job's own (its writer id names the Spark application), on the catalog of
+    the handle passed in when it has this config."""
     writer_id = f"spark-{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
-    return TableWriter(config, name, writer_id=writer_id)
+    catalog = (
+        table.catalog if isinstance(table, Table) and table.catalog.config is config else load_catalog(config)
+    )
+    return catalog.load_table(table_ref(table), writer_id=writer_id)
 
 
 @dataclass(frozen=True)
@@ -156,7 +167,7 @@ class _Attempt:
 
 
 @contextlib.contextmanager
-def _writing_files(writer: TableWriter) -> Iterator[_Attempt]:
+def _writing_files(writer: Table) -> Iterator[_Attempt]:
     """The span in which one commit's files are written: every Spark job of a stage runs inside.
 
     The commit id is minted here, before the first file exists, and the write intent is
@@ -250,7 +261,7 @@ def stage_write(
     cfg = _config(table, config)
     name = table_ref(table)
     spark = df.sparkSession
-    writer = _open_writer(cfg, name, spark)
+    writer = _open_writer(table, cfg, spark)
     try:
         state = writer.refresh().copy()  # what the job reads: the commit's base, frozen
         base = state.version
@@ -308,7 +319,7 @@ def _check_partition_names(adds: Sequence[Segment], keys: tuple[str, ...]) -> No
 
 
 def _plan_replace(
-    writer: TableWriter,
+    writer: Table,
     state: TableState,
     adds: list[Segment],
     keys: tuple[str, ...],
@@ -421,7 +432,7 @@ def stage_compaction(
         raise TypeError("compact(where=...) takes a catalog.expressions predicate (it selects segments)")
     cfg = _config(table, config)
     name = table_ref(table)
-    writer = _open_writer(cfg, name, spark)
+    writer = _open_writer(table, cfg, spark)
     try:
         state = writer.refresh().copy()
         root = state.location or table_root(cfg, name)

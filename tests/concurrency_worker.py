@@ -18,13 +18,13 @@ from segcat.catalog.errors import CommitConflict
 from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.write import TableWriter
+from segcat.catalog.write.writer import Writer
 from tests.factories import segment
 
 PARTITIONS = ("p0", "p1", "p2")
 
 
-def plan_commit(writer: TableWriter, rng: random.Random, prefix: str, k: int) -> Commit:
+def plan_commit(writer: Writer, rng: random.Random, prefix: str, k: int) -> Commit:
     """An append, or (35 %) a compaction of 2-3 of the six oldest live segments of the writer's
     possibly stale image, so that writers race for the same segments."""
     state = writer.state
@@ -44,7 +44,7 @@ def run(config: Config, table: str, index: int, commits: int, out: Path, start: 
         seen[applied.verdict.offset] = state.fingerprint()
 
     results: list[dict[str, Any]] = []
-    with TableWriter(config, table, writer_id=f"writer-{index}", on_applied=remember) as writer:
+    with Writer(config, table, writer_id=f"writer-{index}", on_applied=remember) as writer:
         if start is not None:
             start.wait()
         for k in range(commits):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from segcat import Catalog, Table
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog, Table
 from tests.materializer_support import PrivateRedis, materializer_config
 from tests.services import LOCAL_STACK_HOME, ResolvedServices, resolve_services
 
@@ -59,8 +59,9 @@ def table_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def table(catalog: Catalog, table_name: str) -> Table:
-    return catalog.create_table(table_name)
+def table(catalog: Catalog, table_name: str) -> Iterator[Table]:
+    with catalog.create_table(table_name) as created:
+        yield created
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, ServiceUnavailable
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.write import TableWriter
+from segcat.catalog.write.writer import Writer
 from tests.concurrency_worker import plan_commit
 
 
@@ -30,7 +30,7 @@ def run(config: Config, table: str, index: int, seconds: float, out: Path, start
         seen[applied.verdict.offset] = state.fingerprint()
 
     results: list[dict[str, Any]] = []
-    with TableWriter(config, table, writer_id=f"load-{index}", on_applied=remember) as writer:
+    with Writer(config, table, writer_id=f"load-{index}", on_applied=remember) as writer:
         if start is not None:
             start.wait()
         deadline = time.time() + seconds

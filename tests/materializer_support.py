@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.log.reader import LogReader
@@ -29,16 +30,15 @@ from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import Head, RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
 from segcat.local_stack.private import PrivateRedis as PrivateRedis
 from segcat.local_stack.private import free_port as free_port
 from segcat.materializer.publisher import PublisherFactory
 from segcat.materializer.service import Materializer
 from tests.factories import segment
+from tests.handles import reader_of, writer_of
 
 
 def materializer_config(config: Config, redis_url: str, warehouse: Path, every: int = 7) -> Config:
@@ -176,13 +176,13 @@ def assert_outputs_match_clean_replay(config: Config, table: str) -> None:
         final.live_rows,
         final.version,
     )
-    table_ = Catalog(config).table(table)
+    table_ = Catalog(config).load_table(table)
     sampled = random.Random(1).sample(range(final.version + 1), min(8, final.version + 1))
     probe = sorted({-1, final.version, *versions, *sampled})
     for version in probe:
-        expected = table_.snapshot(version, sources=("kafka",))
+        expected = reader_of(table_).snapshot(version, sources=("kafka",))
         for sources in (("redis", "object-store", "kafka"), ("object-store", "kafka")):
-            got = table_.snapshot(version, sources=sources)
+            got = reader_of(table_).snapshot(version, sources=sources)
             assert got.version == expected.version
             assert got.segment_list() == expected.segment_list(), f"{sources} at {version}"
             assert (got.live_rows, got.live_bytes) == (expected.live_rows, expected.live_bytes)
@@ -198,9 +198,9 @@ def write_load(config: Config, table: str, commits: int, seed: int, pause_s: flo
     """Appends mixed with compactions (some of them losing); returns how many were accepted."""
     rng = random.Random(seed)
     accepted = 0
-    with TableWriter(config, table, writer_id=f"load-{seed}") as writer:
+    with load_catalog(config).load_table(table, writer_id=f"load-{seed}") as writer:
         for k in range(commits):
-            live = sorted(writer.state.segments)
+            live = sorted(writer_of(writer).state.segments)
             if len(live) > 3 and rng.random() < 0.3:
                 stale = rng.random() < 0.3
                 drops = rng.sample(live, 2) + (["gone-already"] if stale else [])

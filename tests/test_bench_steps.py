@@ -10,15 +10,14 @@ import pytest
 
 from bench.read_processes import make_segment
 from bench.serve_snapshot import SNAPSHOT_STEP, server_steps
+from segcat import Table, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Table
-from segcat.catalog.write import TableWriter
 
 pytestmark = [pytest.mark.kafka]
 
 
 def test_the_snapshot_route_s_steps_run_on_a_real_table(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name.qualified) as writer:
+    with load_catalog(config).load_table(table.name.qualified) as writer:
         writer.append([make_segment("steps", i) for i in range(20)])
     steps = server_steps(config, table.name.qualified, limit=20, reps=1)
     assert SNAPSHOT_STEP in steps["median_ms"]

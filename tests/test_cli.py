@@ -112,7 +112,7 @@ def test_diff_table_list_and_describe_answer_strict_json_named_as_the_python_api
     config: Config, table_name: str
 ) -> None:
     """``diff``, ``table list`` and ``table describe`` had no --json (issue 20)."""
-    from segcat.catalog.read.table import Catalog
+    from segcat import Catalog
 
     assert segcat(config, "table", "create", table_name).returncode == 0
     first = segcat(config, "commit", table_name, "-", stdin=json.dumps(_append_doc("a", "b")))
@@ -121,7 +121,7 @@ def test_diff_table_list_and_describe_answer_strict_json_named_as_the_python_api
     v2 = int(second.stdout.rsplit("version", 1)[1])
 
     diff = _object(segcat(config, "diff", table_name, str(v1), str(v2), "--json").stdout)
-    expected = Catalog(config).table(table_name).diff(v1, v2)
+    expected = Catalog(config).load_table(table_name).diff(v1, v2)
     assert (diff["table"], diff["from_version"], diff["to_version"]) == (table_name, v1, v2)
     assert [s["segment_id"] for s in diff["added"]] == [s.segment_id for s in expected.added] == ["c"]
     assert (diff["added_count"], diff["removed_count"], diff["removed"]) == (1, 0, [])
@@ -133,7 +133,7 @@ def test_diff_table_list_and_describe_answer_strict_json_named_as_the_python_api
     assert table_name in listed["tables"]
 
     described = _object(segcat(config, "table", "describe", table_name, "--json").stdout)
-    table = Catalog(config).table(table_name)
+    table = Catalog(config).load_table(table_name)
     assert described["table"] == table_name and described["head_offset"] == table.head_offset() == v2
     assert described["protocol"] == {
         "version": table.protocol().version,

@@ -211,7 +211,7 @@ def test_an_unexpected_exception_is_one_line_asking_for_a_report(
     def explode(*_: object, **__: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(table_cmds, "Catalog", explode)
+    monkeypatch.setattr(table_cmds, "load_catalog", explode)
     code, _, err = segcat(capsys, "table", "list")
     assert code == 1
     line = one_line_error(err)

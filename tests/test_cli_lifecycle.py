@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.write import TableWriter
 from segcat.cli.params import DURATION, MAX_DURATION_MS
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.test_cli import segcat
 
 pytestmark = pytest.mark.kafka
@@ -33,7 +33,7 @@ def test_vacuum_and_prune_dry_runs_and_bad_input(lconfig: Config, table_name: st
         path = root / "data" / "2020-01" / f"{sid}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x" * 10)
-    with TableWriter(lconfig, table_name) as writer:
+    with load_catalog(lconfig).load_table(table_name) as writer:
         writer.append([segment("a")])
         writer.compact(["a"], [segment("b")])
     dry = segcat(
@@ -66,7 +66,7 @@ def test_vacuum_and_prune_dry_runs_and_bad_input(lconfig: Config, table_name: st
 
 def test_drop_undrop_purge(lconfig: Config, table_name: str) -> None:
     table = Catalog(lconfig).create_table(table_name)
-    with TableWriter(lconfig, table_name) as writer:
+    with load_catalog(lconfig).load_table(table_name) as writer:
         writer.append([segment("a")])
     assert segcat(lconfig, "table", "purge", table_name, "--yes").returncode == 2  # not dropped
     dropped = segcat(lconfig, "table", "drop", table_name)
@@ -81,7 +81,7 @@ def test_drop_undrop_purge(lconfig: Config, table_name: str) -> None:
     purged = segcat(lconfig, "table", "purge", table_name, "--yes")
     assert purged.returncode == 0, purged.stderr
     assert table_name not in {str(n) for n in Catalog(lconfig).list_tables()}
-    data = Path(table.root) / "data"
+    data = Path(reader_of(table).root) / "data"
     assert not data.exists() or not [p for p in data.rglob("*") if p.is_file()]
     gone = segcat(lconfig, "show", table_name)
     assert gone.returncode == 4
@@ -111,10 +111,10 @@ def test_a_purge_begun_refuses_the_undrop(lconfig: Config, table_name: str) -> N
     """A purge killed right after its fence: the table can no longer be undropped (exit 4, said
     plainly), and running the purge again finishes it."""
     Catalog(lconfig).create_table(table_name)
-    with TableWriter(lconfig, table_name) as writer:
+    with load_catalog(lconfig).load_table(table_name) as writer:
         writer.append([segment("a")])
     assert segcat(lconfig, "table", "drop", table_name).returncode == 0
-    with TableWriter(lconfig, table_name) as writer:
+    with load_catalog(lconfig).load_table(table_name) as writer:
         fence = writer.set_properties({"segcat.purge": "killed-purge"})
     undrop = segcat(lconfig, "table", "undrop", table_name)
     assert undrop.returncode == 4, undrop.stdout + undrop.stderr

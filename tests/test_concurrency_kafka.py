@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from segcat import Table
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Table
 from tests import concurrency_worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

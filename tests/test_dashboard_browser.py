@@ -24,11 +24,10 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import head_offset, namespace, running_materializer, wait_for_head
 from tests.server_support import serving
@@ -171,7 +170,7 @@ PLOTS_DRAWN = (
 )
 
 
-def _commit_history(config: Config, table: str, writer: TableWriter) -> int:
+def _commit_history(config: Config, table: str, writer: Table) -> int:
     """About twenty commits of every kind, one of them rejected; returns the rejected one's offset."""
     writer.set_schema(SCHEMA)
     writer.set_properties({"owner": "analytics", "retention.days": "30", "team": "payments"})
@@ -181,7 +180,7 @@ def _commit_history(config: Config, table: str, writer: TableWriter) -> int:
             [segment(f"a{k}-{j}", days[(k + j) % 3], rows=40 + 13 * k + 5 * j) for j in range(1 + k % 3)],
             properties={"spark.app": f"ingest-{k // 3}"},
         )
-    with TableWriter(config, table, writer_id="compactor-late") as late:
+    with load_catalog(config).load_table(table, writer_id="compactor-late") as late:
         late.refresh()  # its image stops here: its compaction below loses to the one of `writer`
         live = sorted(writer.refresh().segments)
         writer.compact(live[:3], [segment("c0", days[0], rows=150)])
@@ -213,7 +212,7 @@ def test_the_dashboard_follows_commits_live_and_stays_on_its_origin(
     requests = Requests(driver)
     with (
         running_materializer(mconfig, pattern),
-        TableWriter(mconfig, name, writer_id="ingest-7f3a") as writer,
+        load_catalog(mconfig).load_table(name, writer_id="ingest-7f3a") as writer,
     ):
         rejected = _commit_history(mconfig, name, writer)
         wait_for_head(RedisStore.from_config(mconfig), name, head_offset(mconfig, name))

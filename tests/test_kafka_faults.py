@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from segcat import Catalog, Table
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.log.reader import LogReader
@@ -34,7 +35,6 @@ from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog, Table
 from segcat.local_stack.errors import StackError
 from tests import load_worker
 from tests.private_stack import (
@@ -137,7 +137,7 @@ def _wait_for_progress(table: Table, offset: int, timeout_s: float = 90.0) -> No
     """Until the table's log reaches ``offset`` (the second kill waited for none and raced the
     writers: CI once saw no commit start in the milliseconds between the ISR and the kill)."""
     deadline = time.monotonic() + timeout_s
-    while table.log_end() < offset:
+    while table.head_offset() < offset:
         assert time.monotonic() < deadline, f"the log did not reach offset {offset} after the restart"
         time.sleep(0.2)
 
@@ -167,7 +167,7 @@ def test_three_brokers_survive_a_leader_kill_and_a_second_failure(tmp_path: Path
         stack.up(settings)  # starts the killed node again
         _wait_for_isr(settings, table.name.topic, 3)
         restarted_at = time.time()
-        _wait_for_progress(table, table.log_end() + BEYOND_IN_FLIGHT)  # writers carry on, then ...
+        _wait_for_progress(table, table.head_offset() + BEYOND_IN_FLIGHT)  # writers carry on, then ...
         victim = next(n for n in (partition_leader(settings, table.name.topic), 1, 2, 3) if n != leader)
         os.kill(node_record(settings, victim).pid, signal.SIGKILL)
         second_kill = time.time()

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
 import segcat.spark_integration as si
+from segcat import Table
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     EXIT_INVALID,
@@ -29,7 +30,6 @@ from segcat.catalog.errors import (
     ServiceUnavailable,
 )
 from segcat.catalog.read.lease import DEFAULT_TTL_S, acquire_lease, try_hold
-from segcat.catalog.read.table import Table
 from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.catalog.storage.redis.leases import (
     MAX_TTL_S,

@@ -14,6 +14,7 @@ import pytest
 import redis
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument, TableDropped
 from segcat.catalog.log.clients import admin_config
@@ -22,10 +23,9 @@ from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.model import Commit, Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from segcat.materializer.table_materializer import TableMaterializer
 from tests.factories import segment
+from tests.handles import reader_of, tables_of, writer_of
 from tests.materializer_support import (
     PrivateRedis,
     namespace,
@@ -120,8 +120,8 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
     write_commit(pconfig, tname, _raw(name, Operation.COMPACT, retried, 0, drops=("no-such-segment",)))
     write_load(pconfig, name, 12, seed=4)
     with running_materializer(pconfig, pattern):
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
-        end_before = table.log_end()
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
+        end_before = table.head_offset()
         versions_before = _versions(table, end_before)
         verdicts_before = _verdicts(table)
         assert verdicts_before[end_before - 12 - 0][0] in {"ACCEPTED", "REJECTED"}
@@ -130,7 +130,10 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
         retry_offset = write_commit(
             pconfig, tname, _raw(name, Operation.APPEND, retried, end_before, adds=(segment("retried"),))
         ).offset
-        assert table.expect_accepted(_raw(name, Operation.APPEND, retried, 0), retry_offset) == retry_offset
+        assert (
+            reader_of(table).expect_accepted(_raw(name, Operation.APPEND, retried, 0), retry_offset)
+            == retry_offset
+        )
         with pytest.raises(InvalidArgument):
             table.prune_log(retain_versions=0)
         dry = table.prune_log(retain_versions=8, dry_run=True)
@@ -146,10 +149,10 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
         assert retried.encode() not in result.plan.nulls
         assert result.marker_version is not None
         assert table.log_start() == prune_point + 1
-        wait_for_head(catalog.redis, name, result.marker_version)  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, result.marker_version)  # type: ignore[arg-type]
         # roll the active segment so the cleaner can use the null records
         time.sleep(0.5)
-        with TableWriter(pconfig, name) as writer:
+        with load_catalog(pconfig).load_table(name) as writer:
             writer.append([segment("after-prune")])
         wait_compacted_away(pconfig, tname, prune_point)
         survivors = {o: k for o, k, _ in _broker_offsets(pconfig, tname)}
@@ -168,14 +171,14 @@ def test_prune_then_compaction_keeps_every_version_and_verdict(
 
     # Redis flushed, a new materializer, a new writer and a new reader on the pruned topic
     redis.Redis.from_url(private_redis.url).flushall()
-    fresh = Catalog(pconfig).table(name)
+    fresh = Catalog(pconfig).load_table(name)
     assert _versions(fresh, end_before) == versions_before
-    with TableWriter(pconfig, name) as writer:
-        assert writer.state.log_start == prune_point + 1
+    with load_catalog(pconfig).load_table(name) as writer:
+        assert writer_of(writer).state.log_start == prune_point + 1
         writer.append([segment("new-writer")])
     with running_materializer(pconfig, pattern):
-        head = wait_for_head(fresh.redis, name, fresh.log_end())  # type: ignore[arg-type]
-        assert head.offset == fresh.log_end()
+        head = wait_for_head(reader_of(fresh).redis, name, fresh.head_offset())  # type: ignore[arg-type]
+        assert head.offset == fresh.head_offset()
     assert "new-writer" in fresh.snapshot().segment_ids()
 
 
@@ -186,10 +189,10 @@ def test_recover_on_a_pruned_topic_starts_from_the_key_frame(pconfig: Config) ->
     table = catalog.create_table(name)
     write_load(pconfig, name, 12, seed=9)
     with running_materializer(pconfig, pattern):
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         result = table.prune_log()
     assert result.plan.prunes and result.marker_version is not None
-    files = table.files
+    files = reader_of(table).files
     assert files is not None
     materializer = TableMaterializer(TableName.parse(name), pconfig, None, files)
     assert materializer.recover() > result.plan.prune_point
@@ -197,18 +200,21 @@ def test_recover_on_a_pruned_topic_starts_from_the_key_frame(pconfig: Config) ->
 
 def test_drop_and_undrop(pconfig: Config) -> None:
     table = Catalog(pconfig).create_table(f"{namespace()[0]}.dropme")
-    with TableWriter(pconfig, table.name.qualified) as writer:
+    with load_catalog(pconfig).load_table(table.name.qualified) as writer:
         writer.append([segment("a")])
-    version = table.drop()
+    version = table.catalog.drop_table(table.name)
     with pytest.raises(TableDropped):
         table.snapshot()
     with pytest.raises(TableDropped):
-        table.drop()
-    with TableWriter(pconfig, table.name.qualified) as writer, pytest.raises(Exception, match="dropped"):
+        table.catalog.drop_table(table.name)
+    with (
+        load_catalog(pconfig).load_table(table.name.qualified) as writer,
+        pytest.raises(Exception, match="dropped"),
+    ):
         writer.append([segment("b")])
     assert table.snapshot(include_dropped=True).dropped
     assert table.snapshot(version=version - 1).version == version - 1
-    table.undrop()
+    table.catalog.undrop_table(table.name)
     assert set(table.snapshot().segment_ids()) == {"a"}
 
 
@@ -221,7 +227,7 @@ def test_the_materializer_prunes_and_purges_by_table_properties(pconfig: Config)
     catalog = Catalog(pconfig)
     table = catalog.create_table(name)
     write_load(pconfig, name, 12, seed=5)
-    with TableWriter(pconfig, name) as writer:
+    with load_catalog(pconfig).load_table(name) as writer:
         writer.set_properties({"segcat.log.retain.versions": "3"})
 
     def facts() -> list[TableFacts]:
@@ -229,18 +235,18 @@ def test_the_materializer_prunes_and_purges_by_table_properties(pconfig: Config)
         return [TableFacts(name, head.properties, head.dropped, head.log_start, 0)]
 
     with running_materializer(pconfig, pattern):
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         upkeep = Maintenance(pconfig, facts)
         upkeep.run_once()
         assert table.log_start() > 0
         upkeep.run_once()
         assert metrics.LOG_START.labels(name)._value.get() == table.log_start()
-        with TableWriter(pconfig, name) as writer:
+        with load_catalog(pconfig).load_table(name) as writer:
             writer.set_properties({"segcat.dropped.retain.ms": "0"})
-        table.drop()
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        table.catalog.drop_table(table.name)
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         # the drop's key frame is written off the hot path: after the head, not before it
-        files = table.files
+        files = reader_of(table).files
         assert files is not None
         dropped_at = table.snapshot(include_dropped=True).version
         deadline = time.monotonic() + 30
@@ -248,7 +254,7 @@ def test_the_materializer_prunes_and_purges_by_table_properties(pconfig: Config)
             time.sleep(0.05)
         upkeep.run_once()
     assert name not in {str(t) for t in catalog.list_tables()}
-    files = table.files
+    files = reader_of(table).files
     assert files is not None and files.keyframe_versions() == []
 
 
@@ -263,16 +269,16 @@ def test_a_materializer_recovering_from_an_older_key_frame_reads_the_archives_no
     with running_materializer(pconfig, pattern) as service:
         wait_until_following(service, name)  # live commits: a backlog found at start gets one frame
         write_load(pconfig, name, 25, seed=11)
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         result = table.prune_log(retain_versions=2)
         assert result.marker_version is not None
-        wait_for_head(catalog.redis, name, result.marker_version)  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, result.marker_version)  # type: ignore[arg-type]
     _alter(pconfig, tname.topic, AGGRESSIVE_CLEANER)
     time.sleep(0.5)
-    with TableWriter(pconfig, name) as writer:
+    with load_catalog(pconfig).load_table(name) as writer:
         writer.append([segment("after")])
     wait_compacted_away(pconfig, tname, result.plan.prune_point)
-    files = table.files
+    files = reader_of(table).files
     assert files is not None
     frames = files.keyframe_versions()
     assert len(frames) >= 3
@@ -284,6 +290,6 @@ def test_a_materializer_recovering_from_an_older_key_frame_reads_the_archives_no
     with LogReader(pconfig, tname) as reader:
         for record in reader.read(start):
             materializer.apply(record)
-    expected = table.state()
+    expected = reader_of(table).state()
     assert materializer.state.fingerprint() == expected.fingerprint()
     assert materializer.state.version == expected.version

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from segcat import Catalog
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
 from tests.materializer_support import (
     PrivateRedis,
     bound_files,

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from segcat import Catalog
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ServiceUnavailable
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer.service import Materializer
 from tests.materializer_support import (

@@ -19,19 +19,19 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol import rules
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
 from segcat.materializer import table_materializer
 from segcat.materializer.frame_writer import FrameWriter
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.materializer_support import (
     PrivateRedis,
     assert_outputs_match_clean_replay,
@@ -74,7 +74,7 @@ def _files(config: Config, table: str) -> TableFiles:
 def _backlog(config: Config, table: str, commits: int, seed: int) -> int:
     """A mixed load ending in an accepted append; the offset of that last record."""
     write_load(config, table, commits, seed)
-    with TableWriter(config, table, writer_id="last") as writer:
+    with load_catalog(config).load_table(table, writer_id="last") as writer:
         writer.append([segment(f"last-{seed}", "p0")])
     return head_offset(config, table)
 
@@ -116,7 +116,7 @@ def test_a_backlog_is_caught_up_into_one_key_frame_equal_to_a_replay(mconfig: Co
         assert store.keyframe_version(name) == last
         assert_outputs_match_clean_replay(mconfig, name)
         # live from here on: the periodic key frames are back
-        with TableWriter(mconfig, name, writer_id="live") as writer:
+        with load_catalog(mconfig).load_table(name, writer_id="live") as writer:
             for k in range(5):
                 writer.append([segment(f"live-{k}", "p1")])
         wait_for_head(store, name, head_offset(mconfig, name))
@@ -150,7 +150,7 @@ def test_readers_during_a_catch_up_get_exactly_the_version_they_name(
         return rules.apply_record(state, record)
 
     monkeypatch.setattr(table_materializer, "rules", SimpleNamespace(apply_record=apply_record))
-    table = catalog.table(name)
+    table = catalog.load_table(name)
     final, _ = replay_states(mconfig, name)
     probe = sorted(
         {-1, 0, before.version, before.offset, halfway - 1, halfway, last, final.last_accepted_version}
@@ -161,7 +161,7 @@ def test_readers_during_a_catch_up_get_exactly_the_version_they_name(
             head = store.head(name)
             assert head is not None and head.offset == before.offset, "Redis moved during the catch-up"
             for version in [*probe, None]:
-                expected = table.snapshot(version, sources=("kafka",))
+                expected = reader_of(table).snapshot(version, sources=("kafka",))
                 got = table.snapshot(version)
                 assert got.version == expected.version, version
                 assert got.segment_list() == expected.segment_list(), version
@@ -216,7 +216,7 @@ def test_a_notification_does_not_wait_for_a_slow_key_frame_write(
         with running_materializer(mconfig, pattern):
             wait_for_head(store, name, 0)
             watcher = _collect(table, 0, got, stop)
-            with TableWriter(mconfig, name, writer_id="w") as writer:
+            with load_catalog(mconfig).load_table(name, writer_id="w") as writer:
                 versions = [writer.append([segment(f"s{k}", "p0")]) for k in range(5)]  # K = 5
                 _wait("the key-frame write to start", entered.is_set)
                 later = [writer.append([segment(f"t{k}", "p0")]) for k in range(3)]

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Operation
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.materializer_support import (
     PrivateRedis,
     assert_outputs_match_clean_replay,
@@ -131,17 +131,17 @@ def test_flushall_mid_run_readers_stay_correct_and_redis_is_rebuilt(
         client = redis.Redis.from_url(private_redis.url)
         client.flushall()
         during = handle.snapshot()  # right away: whatever answers must be right
-        expected = handle.snapshot(sources=("kafka",))
+        expected = reader_of(handle).snapshot(sources=("kafka",))
         assert during.segment_list() == expected.segment_list()
         assert during.version == expected.version
         # with no new commit at all, the materializer notices and rebuilds Redis
         wait_for_head(store, table, head_offset(mconfig, table), timeout_s=30)
-        assert handle.snapshot(sources=("redis",)).segment_list() == expected.segment_list()
+        assert reader_of(handle).snapshot(sources=("redis",)).segment_list() == expected.segment_list()
         write_load(mconfig, table, 30, 4)
         wait_for_head(store, table, head_offset(mconfig, table), timeout_s=30)
         rebuilt = handle.snapshot()
         assert rebuilt.origin == "redis"
-        assert rebuilt.segment_list() == handle.snapshot(sources=("kafka",)).segment_list()
+        assert rebuilt.segment_list() == reader_of(handle).snapshot(sources=("kafka",)).segment_list()
     assert_outputs_match_clean_replay(mconfig, table)
 
 
@@ -153,7 +153,9 @@ def test_corrupt_key_frame_is_detected_skipped_and_rewritten(mconfig: Config) ->
     with running_materializer(mconfig, pattern, f"c1-{ns}"):
         write_load(mconfig, table, 50, 5)
         wait_for_head(store, table, head_offset(mconfig, table))
-        with TableWriter(mconfig, table, writer_id="live") as writer:  # K = 7 live: one more frame
+        with load_catalog(mconfig).load_table(
+            table, writer_id="live"
+        ) as writer:  # K = 7 live: one more frame
             for k in range(mconfig.keyframe_every_commits):
                 writer.append([segment(f"live-{k}", "p0")])
         wait_for_head(store, table, head_offset(mconfig, table))
@@ -162,8 +164,8 @@ def test_corrupt_key_frame_is_detected_skipped_and_rewritten(mconfig: Config) ->
     path = Path(mconfig.warehouse) / files.keyframe_path(newest)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # truncated
-    expected = handle.snapshot(newest, sources=("kafka",))
-    got = handle.snapshot(newest, sources=("object-store", "kafka"))
+    expected = reader_of(handle).snapshot(newest, sources=("kafka",))
+    got = reader_of(handle).snapshot(newest, sources=("object-store", "kafka"))
     assert got.segment_list() == expected.segment_list()
     older = files.newest_valid_keyframe()
     assert older is not None and older.version < newest  # detected, an older one is used
@@ -188,7 +190,7 @@ def test_readers_are_correct_with_redis_stopped(mconfig: Config, private_redis: 
         write_load(mconfig, table, 25, 8)  # the materializer keeps writing key frames meanwhile
         last = head_offset(mconfig, table)
         for version in (None, 5, 20, last):
-            expected = handle.snapshot(version, sources=("kafka",))
+            expected = reader_of(handle).snapshot(version, sources=("kafka",))
             got = handle.snapshot(version)
             assert got.origin.split("+")[0] in ("object-store", "kafka")  # e.g. "object-store+kafka"
             assert got.segment_list() == expected.segment_list()
@@ -221,7 +223,7 @@ def test_a_killed_instance_restarted_under_its_id_gets_its_tables_back_in_second
     try:
         write_load(mconfig, table, 12, 11)
         wait_for_head(store, table, head_offset(mconfig, table))
-        with TableWriter(mconfig, table, writer_id="after-kill") as writer:
+        with load_catalog(mconfig).load_table(table, writer_id="after-kill") as writer:
             proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             proc.wait(10)
@@ -231,7 +233,7 @@ def test_a_killed_instance_restarted_under_its_id_gets_its_tables_back_in_second
             seconds = time.monotonic() - killed
         print(f"\nkill -9 to a fresh Redis head (commit made after the kill): {seconds:.2f} s")
         assert seconds < 15, f"took {seconds:.1f} s: the restarted instance waited for the session timeout"
-        assert handle.snapshot(sources=("redis",)).version == version
+        assert reader_of(handle).snapshot(sources=("redis",)).version == version
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

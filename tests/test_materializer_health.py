@@ -283,8 +283,8 @@ def test_lag_gauges_come_from_one_log_end_query_per_tick(mconfig: Config) -> Non
     """Each followed table's lag is set from its log end, for all tables in one ListOffsets
     request per tick (it used to be one watermark query per table, each waiting behind the
     consumer's fetch: 20 tables made a 1 s tick that delayed notifications)."""
+    from segcat import Catalog
     from segcat.catalog.log.topics import TopicAdmin
-    from segcat.catalog.read.table import Catalog
     from tests.materializer_support import (
         head_offset,
         namespace,

@@ -21,13 +21,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from segcat import Catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec, rules
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, LogRecord, Operation, Protocol
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import metrics, table_materializer

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from segcat import Catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer.publisher import (
     CaughtUp,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     EXIT_INVALID,
@@ -25,9 +26,8 @@ from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Opera
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from tests.factories import produce_raw, segment
+from tests.handles import reader_of
 
 pytestmark = pytest.mark.kafka
 
@@ -74,10 +74,10 @@ def test_the_location_is_fixed_at_creation_not_guessed_from_the_working_director
     )
     monkeypatch.chdir(tmp_path / "a")
     created = Catalog(relative).create_table(table_name)
-    with TableWriter(relative, table_name) as writer:
+    with load_catalog(relative).load_table(table_name) as writer:
         writer.append([segment("s1")])
     monkeypatch.chdir(tmp_path / "b")
-    reader = Catalog(relative).table(table_name)
+    reader = Catalog(relative).load_table(table_name)
     snap = reader.snapshot()
     expected = str(tmp_path / "a" / "warehouse" / table_name.replace(".", "/"))
     assert created.location() == expected == snap.root
@@ -85,7 +85,7 @@ def test_the_location_is_fixed_at_creation_not_guessed_from_the_working_director
 
 
 def test_an_unknown_protocol_version_is_refused_by_readers_and_writers(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         before = writer.append([segment("a")])
     (upgrade_at,) = produce_raw(
         config,
@@ -95,10 +95,10 @@ def test_an_unknown_protocol_version_is_refused_by_readers_and_writers(config: C
     with pytest.raises(UnsupportedProtocol, match=r"protocol version 99 .* upgrade segcat"):
         table.snapshot()
     with pytest.raises(UnsupportedProtocol):
-        table.state()
+        reader_of(table).state()
     assert table.snapshot(before).live_count == 1  # versions before the upgrade stay readable
     high = _high(config, table)
-    with TableWriter(config, table.name) as writer, pytest.raises(UnsupportedProtocol):
+    with load_catalog(config).load_table(table.name) as writer, pytest.raises(UnsupportedProtocol):
         writer.append([segment("b")])
     assert _high(config, table) == high == upgrade_at + 1  # nothing was written
 
@@ -120,7 +120,7 @@ def test_an_old_log_keeps_protocol_1_until_upgraded(
 ) -> None:
     name = TableName.parse(table_name)
     TopicAdmin(config).create(name)  # a topic as segcat made them before protocol versions
-    table = catalog.table(name)
+    table = catalog.load_table(name)
     produce_raw(
         config,
         name.topic,
@@ -132,7 +132,7 @@ def test_an_old_log_keeps_protocol_1_until_upgraded(
     upgraded_at = table.upgrade_protocol()
     snap = table.snapshot()
     assert snap.version == upgraded_at and snap.protocol.version == versions.CURRENT_VERSION
-    assert snap.location == table.root
+    assert snap.location == reader_of(table).root
     assert table.upgrade_protocol() == upgraded_at  # nothing left to do
     (again,) = produce_raw(
         config,
@@ -145,7 +145,7 @@ def test_an_old_log_keeps_protocol_1_until_upgraded(
     )
     verdict = next(iter(table.records(again))).verdict
     assert verdict.outcome is Outcome.INVALID and "table_properties" in verdict.detail
-    with TableWriter(config, name) as writer, pytest.raises(MalformedCommit):
+    with load_catalog(config).load_table(name) as writer, pytest.raises(MalformedCommit):
         writer.commit(writer.new_commit(Operation.APPEND, adds=[segment("c")], table_properties={"k": "v"}))
 
 
@@ -154,7 +154,7 @@ def test_a_protocol_2_table_gets_the_lifecycle_feature_by_an_explicit_upgrade(
 ) -> None:
     name = TableName.parse(table_name)
     TopicAdmin(config).create(name)  # a table as segcat created them before the lifecycle feature
-    table = catalog.table(name)
+    table = catalog.load_table(name)
     produce_raw(
         config,
         name.topic,
@@ -164,19 +164,19 @@ def test_a_protocol_2_table_gets_the_lifecycle_feature_by_an_explicit_upgrade(
                 Operation.UPGRADE_PROTOCOL,
                 -1,
                 protocol=Protocol(2, ()),
-                table_properties={LOCATION_PROPERTY: table.root},
+                table_properties={LOCATION_PROPERTY: reader_of(table).root},
             )
         ],
     )
     assert table.protocol() == Protocol(2, ())
-    with TableWriter(config, name) as writer, writer.intent("data/") as intent:
+    with load_catalog(config).load_table(name) as writer, writer.intent("data/") as intent:
         assert not intent.active  # inert: the table has no intents yet
     with pytest.raises(InvalidArgument, match="segcat table upgrade"):
         table.prune_log()
     upgraded_at = table.upgrade_protocol()
     assert table.protocol() == versions.new_table_protocol()
     assert table.upgrade_protocol() == upgraded_at  # nothing left to do
-    with TableWriter(config, name) as writer, writer.intent("data/") as intent:
+    with load_catalog(config).load_table(name) as writer, writer.intent("data/") as intent:
         assert intent.active and intent.version is not None
         assert writer.refresh().intents[intent.intent_id].prefix == "data/"
 
@@ -185,7 +185,7 @@ def _legacy_table(config: Config, catalog: Catalog, table_name: str) -> Table:
     """A topic as segcat made them before protocol versions (a protocol-1 table)."""
     name = TableName.parse(table_name)
     TopicAdmin(config).create(name)
-    return catalog.table(name)
+    return catalog.load_table(name)
 
 
 def test_writers_never_name_a_feature_below_the_version_that_gives_it_meaning(
@@ -195,7 +195,7 @@ def test_writers_never_name_a_feature_below_the_version_that_gives_it_meaning(
     the feature would be inert and every intent INVALID; a writer refuses to send it (§3b)."""
     table = _legacy_table(config, catalog, table_name)
     high = _high(config, table)
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         inert = writer.new_commit(Operation.UPGRADE_PROTOCOL, protocol=Protocol(1, (versions.LIFECYCLE,)))
         with pytest.raises(MalformedCommit, match=r"'lifecycle' means nothing below protocol version 2"):
             writer.commit(inert)
@@ -219,7 +219,7 @@ def test_an_upgrade_is_refused_before_sending_while_a_reserved_key_is_plain_text
     with pytest.raises(MalformedCommit, match=r"holds 'segcat.dropped', set as plain text"):
         table.upgrade_protocol()
     assert _high(config, table) == high and table.protocol() == Protocol(1, ())
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.set_properties({lifecycle.DROPPED_PROPERTY: None})
     table.upgrade_protocol()
     assert table.protocol() == versions.new_table_protocol() and not table.snapshot().dropped
@@ -239,7 +239,7 @@ def test_one_file_under_two_spellings_is_invalid_at_protocol_3_and_refused_by_wr
     twice = _twice(table)
     high = _high(config, table)
     with (
-        TableWriter(config, table.name) as writer,
+        load_catalog(config).load_table(table.name) as writer,
         pytest.raises(MalformedCommit, match="name the same file"),
     ):
         writer.append(twice)
@@ -254,7 +254,7 @@ def test_a_protocol_2_log_keeps_one_file_twice_and_writers_still_refuse_it(
     config: Config, catalog: Catalog, table_name: str
 ) -> None:
     table = _legacy_table(config, catalog, table_name)
-    creation = {LOCATION_PROPERTY: table.root}
+    creation = {LOCATION_PROPERTY: reader_of(table).root}
     twice = _twice(table)
     produce_raw(
         config,
@@ -270,7 +270,7 @@ def test_a_protocol_2_log_keeps_one_file_twice_and_writers_still_refuse_it(
     assert snap.protocol == Protocol(2, ()) and snap.live_count == 2  # protocol 2's verdict, kept
     assert len(snap.files()) == 2  # one file, listed under both spellings
     with (
-        TableWriter(config, table.name) as writer,
+        load_catalog(config).load_table(table.name) as writer,
         pytest.raises(MalformedCommit, match="name the same file"),
     ):
         writer.append(
@@ -283,7 +283,10 @@ def test_a_column_type_change_is_a_typed_error_that_no_retry_can_win(config: Con
     never succeeds; it is ``ColumnTypeConflict`` (exit 2), before sending and after a race alike.
     The log's verdict stays REJECTED 4d."""
     text = (ColumnStats("id", ColumnType.STRING, "a", "z", 0),)
-    with TableWriter(config, table.name) as first, TableWriter(config, table.name) as late:
+    with (
+        load_catalog(config).load_table(table.name) as first,
+        load_catalog(config).load_table(table.name) as late,
+    ):
         late.refresh()  # its image: no type for "id" yet
         fixed_at = first.append([segment("a")])  # INT stats for "id"
         with pytest.raises(ColumnTypeConflict) as raced:

@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from pyspark.sql import DataFrame, SparkSession
 
 import segcat.spark_integration as si
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import VersionExpired
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import HISTORY_VERSIONS_PROPERTY, vacuum
-from segcat.catalog.write import TableWriter
 from segcat.cli import cli
 from tests.factories import segment
+from tests.handles import reader_of, tables_of
 from tests.materializer_support import (
     PrivateRedis,
     materializer_config,
@@ -60,8 +60,8 @@ def test_every_read_path_answers_pruned_versions(
             frame = spark.createDataFrame([(k, f"v{k}")], "id long, v string")
             si.write(frame, table, config=pconfig)
         si.compact(spark, table, config=pconfig)
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
-        end = table.log_end()
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
+        end = table.head_offset()
         accepted = [h.version for h in table.history()]
         before = {v: table.snapshot(version=v).segment_ids() for v in accepted}
         rows_before = {
@@ -73,19 +73,19 @@ def test_every_read_path_answers_pruned_versions(
         result = table.prune_log(retain_versions=1)
         prune_point = result.plan.prune_point
         assert result.plan.prunes and result.marker_version is not None
-        wait_for_head(catalog.redis, name, result.marker_version)  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, result.marker_version)  # type: ignore[arg-type]
         time.sleep(0.5)
         si.write(spark.createDataFrame([(99, "late")], "id long, v string"), table, config=pconfig)
         wait_compacted_away(pconfig, tname, prune_point)
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
 
     redis.Redis.from_url(private_redis.url).flushall()  # readers answer from object storage alone
-    fresh = Catalog(pconfig).table(name)
+    fresh = Catalog(pconfig).load_table(name)
     pruned = [v for v in accepted if v <= prune_point]
     assert len(pruned) >= 3
     for v in accepted:
         assert fresh.snapshot(version=v).segment_ids() == before[v]
-        assert fresh.snapshot(as_of_ms=times[v]).version == v  # broker times from the archives
+        assert fresh.snapshot(as_of=times[v]).version == v  # broker times from the archives
     history = {h.version: h.timestamp_ms for h in fresh.history()}
     assert {v: history[v] for v in accepted} == times
     first, last = pruned[1], accepted[-1]
@@ -132,30 +132,30 @@ def test_history_retention_expires_old_versions(
     catalog = Catalog(pconfig)
     table: Table = catalog.create_table(name)
     with running_materializer(pconfig, pattern) as service:
-        with TableWriter(pconfig, name) as writer:
+        with load_catalog(pconfig).load_table(name) as writer:
             for k in range(9):
                 writer.append([segment(f"s{k}")])
             writer.set_properties({HISTORY_VERSIONS_PROPERTY: "4"})
-        wait_for_head(catalog.redis, name, table.log_end())  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         # key frames are written in the background: the head in Redis can be ahead of them
         assert service.writer is not None and service.writer.drain(timeout_s=60)
         pruned = table.prune_log(retain_versions=2)
         assert pruned.marker_version is not None
-        wait_for_head(catalog.redis, name, pruned.marker_version)  # type: ignore[arg-type]
+        wait_for_head(tables_of(catalog).redis, name, pruned.marker_version)  # type: ignore[arg-type]
         assert service.writer.drain(timeout_s=60)
     _alter(pconfig, TableName.parse(name).topic, AGGRESSIVE_CLEANER)
     time.sleep(0.5)
-    with TableWriter(pconfig, name) as writer:
+    with load_catalog(pconfig).load_table(name) as writer:
         writer.append([segment("late")])
     wait_compacted_away(pconfig, TableName.parse(name), pruned.plan.prune_point)
-    report = vacuum(table, grace_ms=0, ignore_leases=True)
+    report = vacuum(reader_of(table), grace_ms=0, ignore_leases=True)
     assert report.by_reason().get("history", {}).get("files", 0) > 0
-    files = table.files
+    files = reader_of(table).files
     assert files is not None
     oldest = files.oldest_readable()
     assert oldest is not None and oldest > 0
     redis.Redis.from_url(private_redis.url).flushall()
-    fresh = Catalog(pconfig).table(name)
+    fresh = Catalog(pconfig).load_table(name)
     with pytest.raises(VersionExpired) as caught:
         fresh.snapshot(version=oldest - 1)
     assert caught.value.oldest == oldest and str(oldest) in str(caught.value)

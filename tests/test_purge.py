@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import segcat.catalog.read.purge as purge_module
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     InvalidArgument,
@@ -34,11 +35,11 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import LOCATION_PROPERTY
 from segcat.catalog.read.purge import PurgeReport, purge
-from segcat.catalog.read.table import Catalog, Table, table_root
+from segcat.catalog.read.table import Tables, table_root
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.write import TableWriter
 from segcat.materializer.maintenance import Maintenance, TableFacts
 from tests.factories import produce_raw
+from tests.handles import reader_of, tables_of
 
 
 @pytest.fixture
@@ -60,9 +61,9 @@ def _files(table: Table, count: int) -> list[Segment]:
 def _dropped_table(config: Config, count: int, name: str | None = None) -> tuple[Table, list[Path]]:
     table = Catalog(config).create_table(name or f"test.purge_{uuid.uuid4().hex[:10]}")
     segments = _files(table, count)
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append(segments)
-    table.drop()
+    table.catalog.drop_table(table.name)
     return table, [Path(table.location()) / s.path for s in segments]
 
 
@@ -80,12 +81,12 @@ def test_an_undrop_that_lands_first_stops_the_purge_before_it_deletes_anything(
     real = purge_module.write_commit
 
     def undrop_first(*args: Any, **kwargs: Any) -> Delivery:
-        table.undrop()  # lands between the purge's look at the head and its fence
+        table.catalog.undrop_table(table.name)  # lands between the purge's look at the head and its fence
         return real(*args, **kwargs)
 
     monkeypatch.setattr(purge_module, "write_commit", undrop_first)
     with pytest.raises(PurgeStopped, match="before deleting anything"):
-        purge(Catalog(pconfig), table)
+        purge(Tables(pconfig), reader_of(table))
     _readable(table, files)
     fence = [
         a for a in table.records() if a.commit is not None and "segcat.purge" in a.commit.table_properties
@@ -103,11 +104,11 @@ def test_an_undrop_after_the_fence_is_rejected_and_the_purge_finishes(
     def undrop_midway(done: int, total: int) -> None:
         if done == 4:
             with pytest.raises(TablePurging) as caught:
-                table.undrop()
+                table.catalog.undrop_table(table.name)
             refused.append(caught.value)
 
     catalog = Catalog(pconfig)
-    report = purge(catalog, table, progress=undrop_midway)
+    report = purge(tables_of(catalog), reader_of(table), progress=undrop_midway)
     assert refused and "purged" in str(refused[0])
     assert report.fence_version is not None and report.data_files == len(files) and report.topic_deleted
     assert not any(path.exists() for path in files)
@@ -151,14 +152,14 @@ def _race(catalog: Catalog, table: Table, purge_after: float, undrop_after: floa
     def run_purge() -> None:
         time.sleep(purge_after)
         try:
-            results["purge"] = purge(catalog, table)
+            results["purge"] = purge(tables_of(catalog), reader_of(table))
         except (PurgeStopped, InvalidArgument) as exc:  # undropped before its fence / its first look
             results["purge"] = exc
 
     def run_undrop() -> None:
         time.sleep(undrop_after)
         try:
-            results["undrop"] = table.undrop()
+            results["undrop"] = table.catalog.undrop_table(table.name)
         except SegcatError as exc:  # TablePurging, or TableNotFound once the topic is gone
             results["undrop"] = exc
 
@@ -184,7 +185,7 @@ def _protocol_2_table(config: Config) -> Table:
         table_properties={LOCATION_PROPERTY: table_root(config, name)},
     )
     produce_raw(config, name.topic, [(upgrade.commit_id.encode(), codec.encode_commit(upgrade))])
-    return Catalog(config).table(name)
+    return Catalog(config).load_table(name)
 
 
 def test_a_protocol_2_table_is_purged_only_when_asked_and_stops_at_an_undrop(
@@ -195,19 +196,19 @@ def test_a_protocol_2_table_is_purged_only_when_asked_and_stops_at_an_undrop(
     monkeypatch.setattr(purge_module, "BATCH", 4)
     table = _protocol_2_table(pconfig)
     segments = _files(table, 10)
-    with TableWriter(pconfig, table.name) as writer:
+    with load_catalog(pconfig).load_table(table.name) as writer:
         writer.append(segments)
-    table.drop()
+    table.catalog.drop_table(table.name)
     catalog = Catalog(pconfig)
     with pytest.raises(InvalidArgument, match="allow-unfenced"):
-        purge(catalog, table)
+        purge(tables_of(catalog), reader_of(table))
 
     def undrop_midway(done: int, total: int) -> None:
         if done == 4:
-            table.undrop()
+            table.catalog.undrop_table(table.name)
 
     with pytest.raises(PurgeStopped, match="undropped"):
-        purge(catalog, table, allow_unfenced=True, progress=undrop_midway)
+        purge(tables_of(catalog), reader_of(table), allow_unfenced=True, progress=undrop_midway)
     left = [s for s in segments if (Path(table.location()) / s.path).exists()]
     assert len(left) == 6 and not table.snapshot().dropped
 
@@ -219,7 +220,7 @@ def test_auto_purge_counts_from_the_drop_record_s_broker_time(pconfig: Config) -
     catalog = Catalog(pconfig)
     table = catalog.create_table(f"test.autopurge_{uuid.uuid4().hex[:10]}")
     name = table.name.qualified
-    with TableWriter(pconfig, name) as writer:
+    with load_catalog(pconfig).load_table(name) as writer:
         writer.append(_files(table, 2))
         writer.set_properties({"segcat.dropped.retain.ms": "3000"})
         dropped_at = writer.set_properties({"segcat.dropped": "1000"})

@@ -12,18 +12,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.log.producer import Delivery
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.read import lookup
 from segcat.catalog.read import table as table_module
 from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.redis import RedisStore, keys
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.keyframe_support import ipc_format1, sha256_digest
 from tests.materializer_support import (
     PrivateRedis,
@@ -97,7 +97,7 @@ def _build(mconfig: Config) -> tuple[Table, list[int]]:
     ns, pattern = namespace()
     name = f"{ns}.lean"
     table = Catalog(mconfig).create_table(name)
-    with TableWriter(mconfig, name) as writer, running_materializer(mconfig, pattern):
+    with load_catalog(mconfig).load_table(name) as writer, running_materializer(mconfig, pattern):
         versions = [writer.append([_rich(3 * k), _rich(3 * k + 1), _rich(3 * k + 2)]) for k in range(5)]
         versions.append(writer.compact(["r000", "r004"], [segment("c0", "p0")]))
         versions.append(writer.set_properties({"k": "v"}))
@@ -122,7 +122,7 @@ def test_every_source_answers_every_version_as_a_replay_does(
         return found
 
     monkeypatch.setattr(lookup, "from_next_keyframe", counting_next)
-    redis = table.redis
+    redis = reader_of(table).redis
     assert redis is not None
     kfv = redis.keyframe_version(table.name.qualified)
     assert kfv is not None and kfv > 0  # deltas after it: usually (K = 4), unless a frame was cut last
@@ -135,18 +135,18 @@ def test_every_source_answers_every_version_as_a_replay_does(
 
     redis.load = counting_load  # type: ignore[method-assign,assignment]
     for version in [-1, 0, *versions]:
-        expected = table.snapshot(version, sources=("kafka",))
+        expected = reader_of(table).snapshot(version, sources=("kafka",))
         for sources in (("redis", "object-store", "kafka"), ("object-store", "kafka"), ("redis", "kafka")):
             fetched.clear()
-            got = table.snapshot(version, sources=sources)
+            got = reader_of(table).snapshot(version, sources=sources)
             _same(got, expected, f"{sources} at {version}")
             if version >= 0 and version < kfv:
                 assert not fetched, f"the newer Redis key frame was fetched for version {version}"
             if "redis" in sources and version >= kfv:
                 assert got.origin == "redis", (version, got.origin)
     appends = {*versions[:5], *versions[8:12]}  # _build's APPENDs (the rest change more)
-    assert table.files is not None
-    frames = table.files.keyframe_versions()
+    assert reader_of(table).files is not None
+    frames = reader_of(table).files.keyframe_versions()
     eligible = [
         v
         for previous, frame in zip([-1, *frames], frames, strict=False)
@@ -161,34 +161,34 @@ def test_every_source_answers_every_version_as_a_replay_does(
     head = table.snapshot()
     assert head.origin == "redis"
     assert head._view.lean
-    _same(head, table.snapshot(sources=("kafka",)), "head")
+    _same(head, reader_of(table).snapshot(sources=("kafka",)), "head")
     older = table.snapshot(versions[2])
-    assert older.diff(head) == table.snapshot(versions[2], sources=("kafka",)).diff(
-        table.snapshot(sources=("kafka",))
+    assert older.diff(head) == reader_of(table).snapshot(versions[2], sources=("kafka",)).diff(
+        reader_of(table).snapshot(sources=("kafka",))
     )
     assert head.segment_page("r005", 3) == [s for s in head.segment_list() if s.segment_id > "r005"][:3]
 
     # Segment objects of a lean Redis view come from the Parquet copy of its key frame; without
     # it (a frame Redis got from a rebuild only), from object storage and Kafka afresh
-    assert table.files is not None
-    table.files.store.delete(table.files.keyframe_path(kfv))
+    assert reader_of(table).files is not None
+    reader_of(table).files.store.delete(reader_of(table).files.keyframe_path(kfv))
     again = table.snapshot()
     assert again.origin == "redis"
-    _same(again, table.snapshot(sources=("kafka",)), "head without the Parquet copy")
+    _same(again, reader_of(table).snapshot(sources=("kafka",)), "head without the Parquet copy")
 
 
 def test_an_old_format_redis_key_frame_is_read_and_a_damaged_one_falls_back(mconfig: Config) -> None:
     table, versions = _build(mconfig)
-    redis = table.redis
-    assert redis is not None and table.files is not None
+    redis = reader_of(table).redis
+    assert redis is not None and reader_of(table).files is not None
     name = table.name.qualified
     kfv = redis.keyframe_version(name)
     assert kfv is not None
-    expected = table.snapshot(sources=("kafka",))
+    expected = reader_of(table).snapshot(sources=("kafka",))
     lean = redis.keyframe(name)
     assert lean is not None and keyframe.from_ipc(lean[1], verified_bytes=True).lean
 
-    whole = table.files.read_keyframe(kfv).table
+    whole = reader_of(table).files.read_keyframe(kfv).table
     old = ipc_format1(whole)
     redis.client.hset(keys.keyframe_key(name), mapping={"sha256": sha256_digest(old), "data": old})
     got = table.snapshot()
@@ -232,12 +232,12 @@ def test_segments_of_a_redis_view_from_the_empty_frame(
     monkeypatch.setattr(table_module, "write_commit", after_the_empty_frame)
     with running_materializer(mconfig, pattern):
         table = Catalog(mconfig).create_table(name)
-        with TableWriter(mconfig, name) as writer:
+        with load_catalog(mconfig).load_table(name) as writer:
             versions = [writer.append([_rich(k)]) for k in range(3)]
         _wait_for_head(store, name, versions[-1])
-    assert table.files is not None and table.files.keyframe_versions() == []
+    assert reader_of(table).files is not None and reader_of(table).files.keyframe_versions() == []
     assert store.keyframe_version(name) == -1
     got = table.snapshot()
     assert got.origin == "redis"
-    _same(got, table.snapshot(sources=("kafka",)), "chained onto the empty frame")
+    _same(got, reader_of(table).snapshot(sources=("kafka",)), "chained onto the empty frame")
     assert [s.segment_id for s in got.segment_list()] == ["r000", "r001", "r002"]

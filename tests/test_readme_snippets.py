@@ -47,11 +47,11 @@ def run(config: Config, code: str, tmp_path: Path, timeout: float) -> subprocess
 
 def test_the_readme_has_the_two_snippets() -> None:
     assert len(python_blocks()) == 2
-    assert "TableWriter" in snippet("TableWriter") and "si.write" in snippet("si.write")
+    assert "table.compact" in snippet("table.compact") and "si.write" in snippet("si.write")
 
 
 def test_the_python_snippet_runs_as_written(config: Config, table_name: str, tmp_path: Path) -> None:
-    code = snippet("TableWriter").replace('"sales.orders"', repr(table_name))
+    code = snippet("table.compact").replace('"sales.orders"', repr(table_name))
     code += """
 assert snap.version == head, (snap.version, head)
 assert sorted(snap.segment_ids()) == ["ab", "c"]

@@ -24,10 +24,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from segcat import Catalog, Table
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, ServiceUnavailable
 from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import Head, RedisStore, keys
 from segcat.catalog.storage.redis import store as redis_store
 from segcat.catalog.storage.redis.leases import LeaseStore
@@ -35,6 +35,7 @@ from segcat.local_stack import process
 from segcat.local_stack import redis as stack_redis
 from segcat.local_stack.report import LogReporter
 from segcat.spark_integration.options import config_from_options, source_options
+from tests.handles import reader_of
 from tests.materializer_support import (
     assert_outputs_match_clean_replay,
     head_offset,
@@ -254,7 +255,7 @@ def test_a_wrong_password_costs_one_warning_and_readers_still_answer(
     redis_store._credentials_warned.discard(RedisStore.from_config(bad).where)
     caplog.clear()
     caplog.set_level(logging.DEBUG)
-    reader = Catalog(bad).table(table.name.qualified)
+    reader = Catalog(bad).load_table(table.name.qualified)
     head = reader.snapshot()
     assert head.version == table.snapshot().version and head.origin.startswith(("object-store", "kafka"))
     assert reader.snapshot(3).version <= 3
@@ -303,7 +304,7 @@ def test_an_acl_without_segcat_commands_costs_one_warning_and_readers_still_answ
     redis_store._permissions_warned.discard(RedisStore.from_config(limited).where)
     caplog.clear()
     caplog.set_level(logging.WARNING)
-    reader = Catalog(limited).table(table.name.qualified)
+    reader = Catalog(limited).load_table(table.name.qualified)
     head = reader.snapshot()
     assert head.version == table.snapshot().version and head.origin.startswith(("object-store", "kafka"))
     assert reader.snapshot(4).segment_list() == table.snapshot(4).segment_list()
@@ -410,9 +411,9 @@ def test_a_restarted_cluster_keeps_its_nodes_and_readers_survive_a_dead_master(
         dead = next(n for n, record in server.records.items() if record.address.endswith(f":{owner.port}"))
         process.stop(server.records.pop(dead), timeout_s=10)
         started = time.monotonic()
-        reader = Catalog(cfg).table(name)
+        reader = Catalog(cfg).load_table(name)
         answer = reader.snapshot()
-        assert answer.version == table.snapshot(sources=("kafka",)).version
+        assert answer.version == reader_of(table).snapshot(sources=("kafka",)).version
         assert not answer.origin.startswith("redis")
         assert time.monotonic() - started < 20
 

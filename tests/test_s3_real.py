@@ -17,13 +17,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Segment
-from segcat.catalog.read.table import Catalog
+from segcat.catalog.read.table import Tables
 from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
+from tests.handles import reader_of, tables_of
 from tests.materializer_support import (
     PrivateRedis,
     materializer_config,
@@ -73,12 +74,12 @@ def test_materializer_history_on_s3_answers_old_versions(
     with running_materializer(cfg, pattern) as service:
         wait_until_following(service, name)  # live commits: a backlog found at start gets one key frame
         write_load(cfg, name, 14, seed=5)
-        assert catalog.redis is not None
-        wait_for_head(catalog.redis, name, table.log_end())
-        assert table.files is not None
-        versions = _wait_for_history(table.files, frames=2)
+        assert tables_of(catalog).redis is not None
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())
+        assert reader_of(table).files is not None
+        versions = _wait_for_history(reader_of(table).files, frames=2)
 
-    files = table.files
+    files = reader_of(table).files
     store = files.store
     assert store.root == cfg.warehouse
     catalog_objects = store.list(f"{ns}/events/_catalog")
@@ -88,7 +89,7 @@ def test_materializer_history_on_s3_answers_old_versions(
         assert _stored(s3_server, store.uri(files.keyframe_path(version)))
     assert all(_stored(s3_server, store.uri(path)) for path in archives)
 
-    reader = Catalog(cfg, use_redis=False).table(name)
+    reader = Tables(cfg, use_redis=False).open(name)
     checked = 0
     for version in range(versions[0], files.archived_upto() + 1):
         from_s3 = reader.snapshot(version=version, sources=("object-store",))
@@ -117,7 +118,7 @@ def test_vacuum_on_s3_deletes_unreferenced_files_and_keeps_live_ones(
         data.put(relative, os.urandom(64))
         return Segment(sid, relative, 64, 1, "p0")
 
-    with TableWriter(cfg, table.name) as writer:
+    with load_catalog(cfg).load_table(table.name) as writer:
         writer.append([segment("a"), segment("b")])
         writer.compact(["a", "b"], [segment("ab")])
         writer.compact(["ab"], [segment("final")])
@@ -128,12 +129,12 @@ def test_vacuum_on_s3_deletes_unreferenced_files_and_keeps_live_ones(
         time.sleep(0.1)
     doomed = {"a.parquet", "b.parquet", "ab.parquet", "orphan.parquet"}
 
-    dry = vacuum(table, retain_versions=1, grace_ms=0, dry_run=True)
+    dry = vacuum(reader_of(table), retain_versions=1, grace_ms=0, dry_run=True)
     assert {Path(f.path).name for f in dry.files} == doomed
     assert all(f.path.startswith(root + "/") for f in dry.files)
     assert all(_stored(s3_server, f.path) for f in dry.files)  # a dry run deletes nothing
 
-    report = vacuum(table, retain_versions=1, grace_ms=0)
+    report = vacuum(reader_of(table), retain_versions=1, grace_ms=0)
     assert report.deleted == 4
     assert report.by_reason() == {
         "dropped": {"files": 3, "bytes": 192},
@@ -144,7 +145,7 @@ def test_vacuum_on_s3_deletes_unreferenced_files_and_keeps_live_ones(
     assert _stored(s3_server, f"{root}/data/part=p0/final.parquet")
     assert data.list("data") == ["data/part=p0/final.parquet"]
     assert table.snapshot().segment_ids() == {"final"}
-    assert vacuum(table, retain_versions=1, grace_ms=0).files == []  # nothing left to do
+    assert vacuum(reader_of(table), retain_versions=1, grace_ms=0).files == []  # nothing left to do
 
 
 SCHEMA = "id BIGINT, day DATE, user STRING, amount DOUBLE"

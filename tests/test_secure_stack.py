@@ -24,13 +24,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat import Catalog, load_catalog
 from segcat import local_stack as stack
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ConfigError, NotAuthorized
 from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis.store import RedisStore
-from segcat.catalog.write import TableWriter
 from segcat.local_stack.layout import Layout
 from segcat.local_stack.settings import StackSettings
 from tests.factories import segment
@@ -109,7 +108,7 @@ def test_write_materialize_read_and_watch(secure: SecureStack, materialized: sub
     writer_cfg, reader_cfg = secure.config("writer"), secure.config("reader")
     name = f"secure.t_{uuid.uuid4().hex[:8]}"
     Catalog(writer_cfg).create_table(name)
-    reader_table = Catalog(reader_cfg).table(name)
+    reader_table = Catalog(reader_cfg).load_table(name)
     got: list[VersionChange] = []
 
     def follow() -> None:
@@ -121,7 +120,7 @@ def test_write_materialize_read_and_watch(secure: SecureStack, materialized: sub
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
-    with TableWriter(writer_cfg, name) as writer:
+    with load_catalog(writer_cfg).load_table(name) as writer:
         versions = [writer.append([segment(f"s{k}", "p1", rows=k + 1)]) for k in range(4)]
     thread.join(60)
     assert [c.version for c in got] == versions
@@ -138,18 +137,18 @@ def test_reader_principal_cannot_commit(secure: SecureStack) -> None:
     name = f"secure.r_{uuid.uuid4().hex[:8]}"
     writer_cfg = secure.config("writer")
     table = Catalog(writer_cfg).create_table(name)
-    with TableWriter(writer_cfg, name) as writer:
+    with load_catalog(writer_cfg).load_table(name) as writer:
         writer.append([segment("kept", "p1")])
     before = table.snapshot().version
     with (
         pytest.raises(NotAuthorized, match="principal 'reader'") as refused,
-        TableWriter(secure.config("reader"), name) as writer,
+        load_catalog(secure.config("reader")).load_table(name) as writer,
     ):
         writer.append([segment("refused", "p1")])
     assert "nothing was written" in str(refused.value)
     with pytest.raises(NotAuthorized):
         Catalog(secure.config("reader")).create_table(f"secure.n_{uuid.uuid4().hex[:8]}")
-    after = Catalog(writer_cfg).table(name)
+    after = Catalog(writer_cfg).load_table(name)
     assert after.snapshot().version == before and after.snapshot().live_count == 1
 
 
@@ -178,7 +177,7 @@ def test_table_administration_without_write_is_not_authorized(secure: SecureStac
     name = f"secure.a_{uuid.uuid4().hex[:8]}"
     writer_cfg = secure.config("writer")
     table = Catalog(writer_cfg).create_table(name)
-    with TableWriter(writer_cfg, name) as writer:
+    with load_catalog(writer_cfg).load_table(name) as writer:
         writer.append([segment("kept", "p1")])
     end = table.log_end()
 
@@ -210,7 +209,7 @@ def test_wrong_password_names_the_setting(secure: SecureStack) -> None:
         SEGCAT_REQUEST_TIMEOUT_S="8",
     )
     with pytest.raises(ConfigError) as refused:
-        Catalog(cfg).table("secure.anything").snapshot()
+        Catalog(cfg).load_table("secure.anything").snapshot()
     message = str(refused.value)
     assert "SEGCAT_KAFKA_SASL_PASSWORD" in message and wrong not in message
     result = subprocess.run(

@@ -30,15 +30,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, ConfigError, exit_code
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.rules import Rule
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
-from segcat.catalog.write import TableWriter
 from segcat.server.app import create_app
 from segcat.server.settings import ServeSettings
 from tests.factories import segment
@@ -158,7 +157,10 @@ def story(live: Live) -> Story:
     def pause() -> None:
         time.sleep(0.02)  # distinct broker times for as_of
 
-    with TableWriter(live.config, name) as first, TableWriter(live.config, name) as stale:
+    with (
+        load_catalog(live.config).load_table(name) as first,
+        load_catalog(live.config).load_table(name) as stale,
+    ):
         appended = first.append([segment("a", "p1"), segment("b", "p1")], properties={"job": "serve-test"})
         pause()
         big = first.append([segment("c", "p2", rows=50), segment("d", "p2", rows=50)])
@@ -213,7 +215,7 @@ def test_the_list_has_each_table_and_a_misconfigured_topic_breaks_nothing(live: 
     snap = story.table.snapshot()
     mine = tables[story.name]
     assert mine["version"] == snap.version == story.head
-    assert mine["log_end"] == story.table.log_end() == story.head
+    assert mine["log_end"] == story.table.head_offset() == story.head
     assert (mine["live_segments"], mine["live_rows"], mine["live_bytes"]) == (
         snap.live_count,
         snap.live_rows,
@@ -244,7 +246,7 @@ def test_a_table_head_is_the_exact_head_with_its_metadata(live: Live, story: Sto
         snap.live_bytes,
     )
     assert snap.live_count == 2 + 1 + 25  # c d, ab, e00..e24
-    assert head["log_end"] == story.table.log_end() == story.head
+    assert head["log_end"] == story.table.head_offset() == story.head
     assert head["log_start"] == 0
     assert head["dropped"] is False
     assert head["materialized_offset"] == head["materialized_version"] == story.head
@@ -262,7 +264,10 @@ def test_a_table_head_is_the_exact_head_with_its_metadata(live: Live, story: Sto
 
 def test_activity_counts_commits_and_conflicts(live: Live) -> None:
     name, _ = fresh(live, "busy")
-    with TableWriter(live.config, name) as first, TableWriter(live.config, name) as stale:
+    with (
+        load_catalog(live.config).load_table(name) as first,
+        load_catalog(live.config).load_table(name) as stale,
+    ):
         for i in range(3):
             first.append([segment(f"s{i}")])
         stale.refresh()
@@ -277,7 +282,7 @@ def test_activity_counts_commits_and_conflicts(live: Live) -> None:
         "by_outcome": {"ACCEPTED": 5, "REJECTED": 1},
         "by_operation": {"APPEND": 3, "COMPACT": 1, "UPGRADE_PROTOCOL": 1},
     }
-    with TableWriter(live.config, name) as writer:
+    with load_catalog(live.config).load_table(name) as writer:
         writer.append([segment("s3")])
     again = live.get(f"/api/tables/{name}", allow_location=True).json()["activity"]
     assert (again["commits"], again["conflicts"]) == (6, 1)  # read on from where it was
@@ -318,14 +323,14 @@ def test_a_table_head_shows_its_recorded_location_to_readers(live: Live, story: 
     """The location is table metadata (as in `segcat table describe`), for those holding the token;
     error messages never name a path."""
     head = live.get(f"/api/tables/{story.name}", allow_location=True).json()
-    assert head["properties"]["segcat.location"] == live.catalog.table(story.name).location()
+    assert head["properties"]["segcat.location"] == live.catalog.load_table(story.name).location()
 
 
 def test_a_dropped_table_has_a_head_and_no_snapshot(live: Live) -> None:
     name, table = fresh(live, "dropped")
-    with TableWriter(live.config, name) as writer:
+    with load_catalog(live.config).load_table(name) as writer:
         writer.append([segment("a")])
-    version = table.drop()
+    version = table.catalog.drop_table(table.name)
     head = live.get(f"/api/tables/{name}", allow_location=True).json()
     assert (head["dropped"], head["version"]) == (True, version)
     assert_error(live.get(f"/api/tables/{name}/snapshot"), 410, "table_dropped")
@@ -841,7 +846,7 @@ def test_cors_is_off_unless_an_origin_is_allowed(live: Live, story: Story) -> No
 
 def test_table_events_resume_after_a_version(live: Live) -> None:
     name, table = fresh(live, "feed")
-    with TableWriter(live.config, name) as writer:
+    with load_catalog(live.config).load_table(name) as writer:
         versions = [writer.append([segment(f"s{i}", rows=10 + i)]) for i in range(3)]
         versions.append(writer.compact(["s0", "s1"], [segment("s01", rows=21)]))
     commits = {h.version: h.commit for h in table.history()}
@@ -864,7 +869,7 @@ def test_table_events_resume_after_a_version(live: Live) -> None:
             assert (got[0][1]["rows_delta"], got[0][1]["bytes_delta"]) == (11, 1100)
             assert got[2][1]["added"] == ["s01"] and sorted(got[2][1]["dropped"]) == ["s0", "s1"]
             assert got[2][1]["rows_delta"] == 21 - 10 - 11
-            with TableWriter(live.config, name) as writer:
+            with load_catalog(live.config).load_table(name) as writer:
                 newest = writer.append([segment("late")])
             [(event_id, data)] = events.take(1)
             assert (event_id, data["version"], data["prev_version"]) == (str(newest), newest, versions[-1])
@@ -909,14 +914,14 @@ class Events:
 
 def test_all_events_carry_a_cursor_that_resumes_every_table(live: Live) -> None:
     name, _ = fresh(live, "all")
-    with TableWriter(live.config, name) as writer:
+    with load_catalog(live.config).load_table(name) as writer:
         writer.append([segment("s0")])
     with httpx.Client(timeout=SSE_TIMEOUT, headers=BEARER) as client:
         started = int(time.time() * 1000)
         with client.stream("GET", f"{live.url}/api/events") as stream:
             assert stream.status_code == 200
             time.sleep(0.5)  # the stream's start time is the server's, when it opened
-            with TableWriter(live.config, name) as writer:
+            with load_catalog(live.config).load_table(name) as writer:
                 second = writer.append([segment("s1")])
             [(cursor, data)] = Events(stream).of(name, second)
         assert set(data) == EVENT_FIELDS
@@ -926,7 +931,7 @@ def test_all_events_carry_a_cursor_that_resumes_every_table(live: Live) -> None:
         assert started - 5_000 <= int(shape.group(1)) <= int(time.time() * 1000)
         assert int(shape.group(2)) == second
 
-        with TableWriter(live.config, name) as writer:
+        with load_catalog(live.config).load_table(name) as writer:
             later = [writer.append([segment(f"s{i}")]) for i in (2, 3)]
         wait_for_head(RedisStore.from_config(live.config), name, head_offset(live.config, name))
         with client.stream("GET", f"{live.url}/api/events", headers={"Last-Event-ID": cursor}) as resumed:

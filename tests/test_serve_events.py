@@ -15,9 +15,8 @@ import httpx
 import pytest
 import redis
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.materializer_support import PrivateRedis, namespace, spawn_materializer, wait_for_head
 from tests.server_support import iter_events, read_events, serving
@@ -26,7 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 
 def _commit(config: Config, table: str, count: int, tag: str) -> list[int]:
-    with TableWriter(config, table) as writer:
+    with load_catalog(config).load_table(table) as writer:
         return [writer.append([segment(f"{tag}-{k}", rows=k + 1)]) for k in range(count)]
 
 

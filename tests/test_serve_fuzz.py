@@ -21,9 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
 from tests.server_support import serving
 
@@ -47,7 +46,7 @@ class Target:
 def target(config: Config) -> Iterator[Target]:
     name = f"fuzz.t_{uuid.uuid4().hex[:8]}"
     Catalog(config).create_table(name)
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         writer.append([segment("a"), segment("b")])
         writer.delete(predicates=["id = 3"])
         head = writer.append([segment("c", "2020-02")])

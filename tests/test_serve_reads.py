@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
-from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.table import Tables
 from segcat.catalog.storage.redis import RedisStore
-from segcat.catalog.write import TableWriter
 from segcat.cli import cli
 from tests.factories import segment
 from tests.materializer_support import (
@@ -56,7 +56,7 @@ def test_snapshots_carry_what_a_reader_needs_to_apply_soft_deletes(config: Confi
     """A Java, Go or DuckDB client read ``/snapshot`` without tombstones or ``added_version`` and
     returned the deleted rows; ``live_rows`` counted them without saying so."""
     table_name = table.name.qualified
-    with TableWriter(config, table_name) as writer:
+    with load_catalog(config).load_table(table_name) as writer:
         first = writer.append([segment("a"), segment("b")])
         deleted = writer.delete(predicates=["id = 7"])
         later = writer.append([segment("c")])
@@ -104,7 +104,10 @@ def test_snapshots_carry_what_a_reader_needs_to_apply_soft_deletes(config: Confi
 def test_a_snapshot_of_an_offset_that_is_not_a_version_says_why(config: Config, table: Table) -> None:
     """``snapshot?version=3`` where 3 is an intent answered version 2 with ``note: null``."""
     table_name = table.name.qualified
-    with TableWriter(config, table_name) as writer, TableWriter(config, table_name) as stale:
+    with (
+        load_catalog(config).load_table(table_name) as writer,
+        load_catalog(config).load_table(table_name) as stale,
+    ):
         appended = writer.append([segment("a")])
         intent = writer.intent("data/x/", ttl_s=60)
         intent.open()
@@ -135,7 +138,7 @@ def test_a_snapshot_of_an_offset_that_is_not_a_version_says_why(config: Config, 
 def test_history_leaves_intents_out_as_history_does(config: Config, table: Table) -> None:
     """``/history`` listed the INTENT records ``Table.history()`` and the streams leave out."""
     table_name = table.name.qualified
-    with TableWriter(config, table_name) as writer:
+    with load_catalog(config).load_table(table_name) as writer:
         writer.append([segment("a")])
         intent = writer.intent("data/x/", ttl_s=60)
         intent.open()
@@ -161,7 +164,7 @@ def _commit_tables(config: Config, ns: str, count: int) -> dict[str, int]:
     for i in range(count):
         name = f"{ns}.t{i}"
         catalog.create_table(name)
-        with TableWriter(config, name) as writer:
+        with load_catalog(config).load_table(name) as writer:
             for k in range(i + 2):
                 heads[name] = writer.append([segment(f"s{k}", rows=k + 1)])
     return heads
@@ -176,9 +179,9 @@ def _overview(url: str, ns: str) -> tuple[dict[str, dict[str, Any]], float]:
 
 def _assert_exact(listed: dict[str, dict[str, Any]], config: Config, heads: dict[str, int]) -> None:
     assert set(listed) == set(heads)
-    catalog = Catalog(config, use_redis=False)
+    tables = Tables(config, use_redis=False)
     for name, version in heads.items():
-        snap = catalog.table(name).snapshot(sources=("kafka",))
+        snap = tables.open(name).snapshot(sources=("kafka",))
         entry = listed[name]
         assert "error" not in entry, entry
         assert (entry["version"], entry["live_segments"], entry["live_rows"], entry["live_bytes"]) == (

@@ -16,17 +16,17 @@ from typing import Any
 import httpx
 import pytest
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from segcat.server import event_cursor, version_feed
 from segcat.server.app import create_app
 from segcat.server.context import ServerContext
 from segcat.server.runner import serving as run_in_thread
 from segcat.server.settings import ServeSettings
 from tests.factories import segment
+from tests.handles import tables_of
 from tests.materializer_support import namespace
 from tests.server_support import iter_events, read_events, serving
 
@@ -199,7 +199,7 @@ def test_a_client_that_left_leaves_no_work_behind(config: Config) -> None:
         ) as stream:
             assert stream.status_code == 200
             time.sleep(1.0)
-            with TableWriter(config, name) as writer:
+            with load_catalog(config).load_table(name) as writer:
                 version = writer.append([segment("a")])
             event_id, data = next((i, d) for i, d in iter_events(stream) if d["table"] == name)
             assert data["version"] == version
@@ -223,7 +223,7 @@ def test_catch_up_across_many_pages_is_exact(
 ) -> None:
     monkeypatch.setattr(version_feed, "PAGE", 4)
     name = table.name.qualified
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         versions = [writer.append([segment(f"s{k}")]) for k in range(30)]
     with (
         serving(config) as url,
@@ -248,16 +248,21 @@ def test_a_cursor_is_compacted_only_when_the_log_proves_it_resumes_the_same(conf
     time.sleep(0.05)
     start = int(time.time() * 1000)
     time.sleep(0.05)
-    with TableWriter(config, names[0].qualified) as a, TableWriter(config, names[1].qualified) as b:
+    with (
+        load_catalog(config).load_table(names[0].qualified) as a,
+        load_catalog(config).load_table(names[1].qualified) as b,
+    ):
         va = a.append([segment("a1")])
         vb = b.append([segment("b1")])
     newest = int(time.time() * 1000) + 1
 
     def rebase(cursor: event_cursor.Cursor) -> event_cursor.Rebase | None:
         def none_accepted(table: str, after: int, upto: int) -> bool:
-            return not catalog.table(table).changes(after, upto)
+            return not tables_of(catalog).open(table).changes(after, upto)
 
-        return event_cursor.rebase(catalog.admin, names, cursor, newest, none_accepted, margin_ms=0)
+        return event_cursor.rebase(
+            tables_of(catalog).admin, names, cursor, newest, none_accepted, margin_ms=0
+        )
 
     # a and b named at their last versions, c untouched since the start: a later start, a and b redundant
     cursor = event_cursor.Cursor(start, {names[0].qualified: va, names[1].qualified: vb})
@@ -273,7 +278,7 @@ def test_a_cursor_is_compacted_only_when_the_log_proves_it_resumes_the_same(conf
     assert found is not None and found.redundant == {names[1].qualified: vb}
 
     # an unnamed table with a record after the start: no later start would resume it the same
-    with TableWriter(config, names[2].qualified) as c:
+    with load_catalog(config).load_table(names[2].qualified) as c:
         c.append([segment("c1")])
     newest = int(time.time() * 1000) + 1
     assert rebase(event_cursor.Cursor(start, {names[0].qualified: va, names[1].qualified: vb})) is None

@@ -14,12 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat import Table
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.protocol.jsonio import segment_from_json
 from segcat.catalog.protocol.model import Commit, Operation, Segment
-from segcat.catalog.read.table import Table
 from segcat.producers.segment_files import PROVENANCE_KEYS, FileSpec, read_provenance, write_files
+from tests.handles import reader_of
 from tests.spark_support import spark
 
 __all__ = ["spark"]
@@ -102,7 +103,7 @@ def _assert_files_name(table: Table, segments: tuple[Segment, ...], commit: Comm
     assert segments
     expected = {"table": table.name.qualified, "commit_id": commit.commit_id, "writer_id": commit.writer_id}
     for segment in segments:
-        assert read_provenance(str(Path(table.root) / segment.path)) == expected, segment.path
+        assert read_provenance(str(Path(table.location()) / segment.path)) == expected, segment.path
 
 
 @pytest.mark.kafka
@@ -162,7 +163,7 @@ def test_losing_compaction_files_name_the_rejected_commit(
     rejected = second.planned
     assert rejected.commit_id not in {entry.commit.commit_id for entry in table.history()}
     for segment in rejected.adds:
-        found = read_provenance(str(Path(table.root) / segment.path))
+        found = read_provenance(str(Path(table.location()) / segment.path))
         assert found is not None and found["commit_id"] == rejected.commit_id
         assert found["writer_id"] == rejected.writer_id != accepted.writer_id
 
@@ -205,8 +206,8 @@ os._exit(9)
     killed_at = time.monotonic()
     written = sorted((Path(table.location()) / "data").rglob("*.parquet"))
     assert len(written) == 1 and table.snapshot().live_count == 0  # written, never committed
-    report = vacuum(table, grace_ms=0)
+    report = vacuum(reader_of(table), grace_ms=0)
     assert written[0].exists() and report.kept_by_intent == 1 and report.open_intents == 1
     time.sleep(max(0.0, 6.5 - (time.monotonic() - killed_at)))  # the intent expires unrenewed
-    report = vacuum(table, grace_ms=0)
+    report = vacuum(reader_of(table), grace_ms=0)
     assert not written[0].exists() and [f.reason for f in report.files] == ["orphan"]

@@ -21,11 +21,10 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import segcat.spark_integration as si
+from segcat import Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
-from segcat.catalog.read.table import Table
-from segcat.catalog.write import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -130,7 +129,7 @@ def test_reads_and_deletes_agree_with_spark(spark: SparkSession, config: Config,
 
     # a tombstone deletes what the same SQL matches: NaN is above 5.0; a column the data
     # lacks reads as NULL, so that tombstone deletes nothing instead of failing the read
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         writer.refresh()
         writer.delete(predicates=["d > 5.0", "no_such_column = 1"])
     kept_rows = "NOT coalesce(d > 5.0, false)"

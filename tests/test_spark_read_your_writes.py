@@ -14,13 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat import Catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import UnsafeLocation
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import RedisStore
 from tests.factories import produce_raw
 from tests.materializer_support import PrivateRedis, materializer_config, namespace, running_materializer
@@ -69,7 +69,7 @@ def test_spark_refuses_to_read_a_file_outside_the_table(
         adds=(Segment("s", f"file://{outside}", outside.stat().st_size, 1),),
     )
     produce_raw(config, name.topic, [(commit.commit_id.encode(), codec.encode_commit(commit))])
-    table = catalog.table(name)
+    table = catalog.load_table(name)
     assert table.snapshot().live_count == 1  # accepted under protocol 1 ...
     with pytest.raises(UnsafeLocation, match="outside the table's location"):
         si.read(spark, name, config=config)  # ... but never read

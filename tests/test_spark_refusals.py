@@ -20,12 +20,12 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import segcat.spark_integration as si
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidArgument
 from segcat.catalog.read.purge import purge
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
+from tests.handles import reader_of, tables_of
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -47,7 +47,7 @@ def test_partition_values_too_long_for_a_directory_name_are_written_and_read_bac
     assert {s.partition for s in snapshot.segment_list()} == {long_value, "short"}
     for added in snapshot.segment_list():
         assert all(len(part.encode()) <= 255 for part in added.path.split("/"))
-        assert (Path(table.root) / added.path).is_file()
+        assert (Path(table.location()) / added.path).is_file()
     read = si.read(spark, name, config=config).select("id", "p").collect()
     assert sorted((r["id"], r["p"]) for r in read) == sorted(rows)
 
@@ -98,7 +98,7 @@ def test_the_source_refuses_unknown_options_and_versions_past_the_head_and_names
     spark: SparkSession, config: Config, catalog: Catalog, table: Table, tmp_path: Path
 ) -> None:
     name = table.name.qualified
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         head = writer.append([segment("s1", "p1")])
 
     error = _run_stream_error(spark, config, name, tmp_path / "typo", startingVersoin="1")
@@ -127,8 +127,8 @@ def test_the_source_refuses_unknown_options_and_versions_past_the_head_and_names
     sink.awaitTermination(180)
     assert spark.sql("SELECT * FROM next_version").count() == 0
 
-    table.drop()
-    purge(catalog, table)
+    table.catalog.drop_table(table.name)
+    purge(tables_of(catalog), reader_of(table))
     error = _run_stream_error(spark, config, name, tmp_path / "purged")
     assert f"table {name} does not exist" in error and "purged" in error
     assert "check that the broker runs" not in error

@@ -25,14 +25,14 @@ import pytest
 from pyspark.sql import Row, SparkSession
 
 import segcat.spark_integration as si
+from segcat import Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import IncompatibleSchema, InvalidArgument
 from segcat.catalog.protocol.expressions import Predicate, col
 from segcat.catalog.protocol.predicates import to_sql
-from segcat.catalog.read.table import Table
+from segcat.catalog.read.as_of import as_of_ms
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
-from segcat.catalog.write import TableWriter
-from segcat.spark_integration.reader import as_of_ms, scan_files, spark_path
+from segcat.spark_integration.reader import scan_files, spark_path
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -162,7 +162,7 @@ def test_reads_answer_as_spark_over_all_files(
 
     # a tombstone means what it means at UTC, in any session: in Los Angeles 2024-01-01's
     # midnight is 08:00Z, yet `dt <= 03:00Z` deletes 2024-01-01 as it does at UTC
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         writer.refresh()
         writer.delete(predicates=["dt <= TIMESTAMP '2024-01-01 03:00:00Z'", "ts < '2023-12-31 20:00:00'"])
     session_zone("UTC")
@@ -180,16 +180,16 @@ def test_reads_answer_as_spark_over_all_files(
     # registers is read as a typed error naming the column, not Spark's failure at an action
     session_zone("UTC")
     changed = spark.createDataFrame([("ntz", dt.datetime(2024, 1, 1))], "case STRING, ts TIMESTAMP_NTZ")
-    head = table.log_end()
+    head = table.head_offset()
     with pytest.raises(IncompatibleSchema, match="'ts'"):
         si.write(changed, name, config=config)
-    assert table.log_end() == head  # nothing committed
+    assert table.head_offset() == head  # nothing committed
     snapshot = table.snapshot()
     relative = "data/import/ntz.parquet"
     target = Path(snapshot.resolve(relative).removeprefix("file://"))
     target.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(changed.toArrow(), target)
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         writer.refresh()
         writer.append([segment_from_parquet(str(target), segment_id="ntz", relative_path=relative)])
     with pytest.raises(IncompatibleSchema, match=f"'ts'.*{relative}"):

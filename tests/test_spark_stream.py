@@ -14,17 +14,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 import segcat.spark_integration as si
+from segcat import Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.log.reader import LogReader
-from segcat.catalog.read.table import Table
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from segcat.spark_integration.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.spark_support import run_to_end, spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -74,7 +74,7 @@ CREATED = 0
 def appends(config: Config, table: Table, count: int, *, rejected: bool = True) -> list[int]:
     """``count`` accepted appends, with a rejected commit in between (versions are not dense)."""
     versions = []
-    with TableWriter(config, table.name.qualified) as writer:
+    with load_catalog(config).load_table(table.name.qualified) as writer:
         writer.refresh()
         for k in range(count):
             versions.append(writer.append([segment(f"s-{uuid.uuid4().hex[:10]}", "p1", rows=k + 1)]))
@@ -129,7 +129,7 @@ def test_stream_restarts_from_checkpoint_exactly(
 
     # more versions while the query is down (a compaction among them), then restart
     second = appends(config, table, 2)
-    with TableWriter(config, table.name.qualified) as writer:
+    with load_catalog(config).load_table(table.name.qualified) as writer:
         image = writer.refresh()
         live = sorted(image.segments)
         merged_away = sum(image.segments[sid].segment.row_count for sid in live[:2])
@@ -199,7 +199,7 @@ def test_starting_version_and_batch_views(
     some = rows[sorted(rows)[0]]
     assert some["version"] == versions[1] and some["partition"] == "p1"
     assert some["stats"]["id"]["type"] == "INT" and some["stats"]["id"]["min"] == "0"
-    assert some["uri"] == f"{table.root}/{some['path']}"
+    assert some["uri"] == f"{table.location()}/{some['path']}"
 
 
 def test_follower_starts_from_a_key_frame(
@@ -207,9 +207,9 @@ def test_follower_starts_from_a_key_frame(
 ) -> None:
     """The planner's image of a long table comes from the newest key frame, not offset 0."""
     versions = appends(config, table, 5)
-    state = table.state(versions[2])
-    TableFiles(ObjectStore.from_config(config), table.name, table.log_id).write_keyframe(
-        keyframe.build(state, log_id=table.log_id), state.version
+    state = reader_of(table).state(versions[2])
+    TableFiles(ObjectStore.from_config(config), table.name, reader_of(table).log_id).write_keyframe(
+        keyframe.build(state, log_id=reader_of(table).log_id), state.version
     )
     starts: list[int] = []
     original = LogReader.seek

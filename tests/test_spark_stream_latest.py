@@ -20,14 +20,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import segcat.spark_integration as si
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
-from segcat.catalog.read.table import Catalog
 from segcat.catalog.storage.redis import Head, RedisStore
-from segcat.catalog.write import TableWriter
 from segcat.spark_integration import datasource
 from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
 from tests.factories import segment
+from tests.handles import reader_of
 from tests.materializer_support import PrivateRedis, free_port, namespace, running_materializer, wait_for_head
 from tests.spark_support import spark
 from tests.test_spark_stream import Batches
@@ -40,7 +40,7 @@ __all__ = ["spark"]
 def appends(config: Config, table: str, count: int) -> list[int]:
     """``count`` accepted appends with a rejected commit after the first (versions are not dense)."""
     versions = []
-    with TableWriter(config, table) as writer:
+    with load_catalog(config).load_table(table) as writer:
         writer.refresh()
         for k in range(count):
             versions.append(writer.append([segment(f"s-{uuid.uuid4().hex[:10]}", "p1", rows=k + 1)]))
@@ -146,7 +146,7 @@ def test_a_redis_head_behind_the_log_skips_nothing(
     cut back under the materializer, e.g. an unclean leader election)."""
     ns, _ = namespace()
     name = f"{ns}.behind"
-    log_id = Catalog(mconfig).create_table(name).log_id
+    log_id = reader_of(Catalog(mconfig).create_table(name)).log_id
     versions = appends(mconfig, name, 4)
     store = RedisStore.from_config(mconfig)
     store.advance_head(name, Head(versions[0], None, None, 1, 1000, 1, -1, versions[0], log_id))

@@ -13,9 +13,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 import segcat.spark_integration as si
+from segcat import Table
 from segcat.catalog.config import Config
-from segcat.catalog.read.table import Table
 from segcat.catalog.storage.objectstore import TEMP_MARKER
+from tests.handles import reader_of
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.spark]
@@ -229,7 +230,7 @@ def test_si_vacuum_deletes_dropped_files_and_orphans_with_spark(
     reasons = sorted(f.reason for f in dry.files)
     assert reasons == ["dropped", "dropped", "dropped", "orphan"], dry.files
     assert orphan.exists()
-    in_process = core_vacuum(table, retain_versions=1, grace_ms=0, dry_run=True)
+    in_process = core_vacuum(reader_of(table), retain_versions=1, grace_ms=0, dry_run=True)
     assert sorted(f.path for f in in_process.files) == sorted(f.path for f in dry.files)
     report = si.vacuum(spark, table, retain_versions=1, grace_ms=0, config=config)
     assert report.deleted == 4 and not orphan.exists()
@@ -243,8 +244,8 @@ def test_si_vacuum_keeps_a_file_committed_while_the_executors_list(
     """Issue 20, item 1 on the Spark path: the plan reads the head, then the executors list
     ``data/``; a commit registering a file written long before lands in between. The log is
     read again after the listing: the file stays (regression: it went as an orphan)."""
+    from segcat import load_catalog
     from segcat.catalog.protocol.model import Segment
-    from segcat.catalog.write import TableWriter
 
     si.write(spark.createDataFrame([(1, "x")], "id long, v string"), table, config=config)
     root = Path(table.location())
@@ -254,7 +255,7 @@ def test_si_vacuum_keeps_a_file_committed_while_the_executors_list(
     real = spark_vacuum.find_orphans_spark
 
     def plan_then_commit(*args: object, **kwargs: object) -> object:
-        with TableWriter(config, table.name) as writer:
+        with load_catalog(config).load_table(table.name) as writer:
             writer.append([Segment("old", "data/import/old.parquet", 9, 1, "import")])
         return real(*args, **kwargs)  # type: ignore[arg-type]
 

@@ -11,13 +11,12 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import segcat.spark_integration as si
+from segcat import Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.protocol.expressions import col
 from segcat.catalog.protocol.model import Isolation, Operation
 from segcat.catalog.protocol.rules import Rule
-from segcat.catalog.read.table import Table
-from segcat.catalog.write import TableWriter
 from tests.spark_support import spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -54,7 +53,7 @@ def test_append_then_read_back(spark: SparkSession, config: Config, table: Table
     with si.stage_write(frame(spark, rows), name, partition_by="day", config=config) as staged:
         assert {s.partition for s in staged.adds} == {"2024-01-01", "2024-01-02", "2024-01-03"}
         for segment in staged.adds:  # written, described from the footer, not yet visible
-            assert (Path(table.root) / segment.path).is_file()
+            assert (Path(table.location()) / segment.path).is_file()
             assert segment.path.startswith(f"data/day={segment.partition}/part-")
         assert si.read(spark, name, config=config).count() == 0
         version = staged.commit()
@@ -111,7 +110,7 @@ def test_replace_snapshot_keeps_concurrent_append_serializable_rejects(
         appended = si.write(frame(spark, extra2), name, partition_by="day", config=config)
         with pytest.raises(CommitConflict) as conflict:
             staged.commit()
-        losing_files = [Path(table.root) / s.path for s in staged.adds]
+        losing_files = [Path(table.location()) / s.path for s in staged.adds]
     assert conflict.value.rule == Rule.CONCURRENT_APPEND.value
     assert conflict.value.conflicting_version == appended
     assert all(f.is_file() for f in losing_files)  # left for vacuum, never referenced
@@ -189,7 +188,7 @@ def test_tombstones_apply_to_older_data_only(spark: SparkSession, config: Config
     name = table.name.qualified
     old = rows_for(D1, range(0, 12))  # users u1, u2, u3
     v_old = si.write(frame(spark, old), name, config=config)
-    with TableWriter(config, name) as writer:
+    with load_catalog(config).load_table(name) as writer:
         writer.refresh()
         v_delete = writer.delete(predicates=["user = 'u1'"])
     new = rows_for(D1, range(100, 106))  # u1 again: newer than the delete, so kept

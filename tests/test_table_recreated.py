@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     InvalidCommit,
@@ -31,14 +32,14 @@ from segcat.catalog.protocol import rules
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read import table as table_module
-from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.archive import ArchivedCommit, ArchivedRecord
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
+from tests.handles import reader_of, tables_of
 from tests.materializer_support import (
     assert_outputs_match_clean_replay,
     head_offset,
@@ -92,7 +93,7 @@ def _old_table(mconfig: Config, table: str) -> list[int]:
     and Redis values; the versions."""
     catalog = Catalog(mconfig)
     catalog.create_table(table)
-    with TableWriter(mconfig, table) as writer:
+    with load_catalog(mconfig).load_table(table) as writer:
         versions = [writer.append([segment(f"old{i}")]) for i in range(9)]
     return versions
 
@@ -117,34 +118,34 @@ def test_a_table_created_again_never_serves_the_old_one(mconfig: Config) -> None
     _delete_topic(mconfig, table)
     catalog = Catalog(mconfig)
     created = _create_again(catalog, table)  # before: InvalidCommit (the old archive's offset 0)
-    assert created.log_end() == 0
-    assert created.log_id is not None and created.log_id != old_head.log_id
+    assert created.head_offset() == 0
+    assert reader_of(created).log_id is not None and reader_of(created).log_id != old_head.log_id
 
-    handle = catalog.table(table)
+    handle = catalog.load_table(table)
     with pytest.raises(VersionNotFound):
         handle.snapshot(5)  # before: the old table's version 5, from object storage
     head = handle.snapshot()
     assert (head.version, _segment_ids(head)) == (0, [])  # before: served from old objects
-    with TableWriter(mconfig, table) as writer:  # before: ServiceUnavailable
+    with load_catalog(mconfig).load_table(table) as writer:  # before: ServiceUnavailable
         assert writer.append([segment("new0")]) == 1
-    assert _segment_ids(catalog.table(table).snapshot()) == ["new0"]
-    assert _segment_ids(catalog.table(table).snapshot(1)) == ["new0"]
+    assert _segment_ids(catalog.load_table(table).snapshot()) == ["new0"]
+    assert _segment_ids(catalog.load_table(table).snapshot(1)) == ["new0"]
 
     # the materializer follows the new log: the old head (offset 8) is replaced, not kept
     with running_materializer(mconfig, pattern):
-        with TableWriter(mconfig, table) as writer:
+        with load_catalog(mconfig).load_table(table) as writer:
             for i in range(1, 9):
                 writer.append([segment(f"new{i}")])
         end = head_offset(mconfig, table)
-        _wait("the new log's head in Redis", lambda: _head_is(store, table, created.log_id, end))
+        _wait("the new log's head in Redis", lambda: _head_is(store, table, reader_of(created).log_id, end))
         wait_for_head(store, table, end)
     assert_outputs_match_clean_replay(mconfig, table)
-    latest = catalog.table(table).snapshot()
+    latest = catalog.load_table(table).snapshot()
     assert latest.origin == "redis"
     assert _segment_ids(latest) == sorted(f"new{i}" for i in range(9))
     for version in (3, 5, 8):
-        expected = catalog.table(table).snapshot(version, sources=("kafka",))
-        got = catalog.table(table).snapshot(version)
+        expected = tables_of(catalog).open(table).snapshot(version, sources=("kafka",))
+        got = catalog.load_table(table).snapshot(version)
         assert _segment_ids(got) == _segment_ids(expected), version
 
 
@@ -165,13 +166,13 @@ def test_the_materializer_follows_a_topic_created_again_while_it_runs(mconfig: C
         wait_for_head(store, table, head_offset(mconfig, table))
         _delete_topic(mconfig, table)
         created = _create_again(catalog, table)
-        with TableWriter(mconfig, table) as writer:
+        with load_catalog(mconfig).load_table(table) as writer:
             for i in range(8):  # a key frame every 7 commits: the new log gets one
                 writer.append([segment(f"new{i}")])
         end = head_offset(mconfig, table)
-        _wait("the new log's head in Redis", lambda: _head_is(store, table, created.log_id, end))
+        _wait("the new log's head in Redis", lambda: _head_is(store, table, reader_of(created).log_id, end))
         wait_for_head(store, table, end)
-    head = catalog.table(table).snapshot(stale_ok=True)
+    head = catalog.load_table(table).snapshot(stale_ok=True)
     assert head.origin == "redis" and head.behind == 0
     assert _segment_ids(head) == [f"new{i}" for i in range(8)]
     assert_outputs_match_clean_replay(mconfig, table)
@@ -186,10 +187,10 @@ def test_a_creation_that_fails_midway_leaves_no_topic(
     """The first commit read back as not accepted: the topic is deleted again (before, only a
     failed produce deleted it; the issue's InvalidCommit left the topic behind)."""
 
-    def refuse(self: Table, commit: object, offset: int) -> int:
+    def refuse(self: TableReader, commit: object, offset: int) -> int:
         raise InvalidCommit("refused for the test", version=offset)
 
-    monkeypatch.setattr(Table, "expect_accepted", refuse)
+    monkeypatch.setattr(TableReader, "expect_accepted", refuse)
     with pytest.raises(InvalidCommit, match="its topic was deleted again"):
         Catalog(config).create_table(table_name)
     with pytest.raises(TableNotFound):
@@ -208,7 +209,7 @@ def test_a_creation_whose_commit_is_not_delivered_leaves_no_topic(
     with pytest.raises(TableNotFound):
         TopicAdmin(config).describe(TableName.parse(table_name))
     monkeypatch.undo()  # the name is free again: the next creation succeeds
-    assert Catalog(config).create_table(table_name).log_end() == 0
+    assert Catalog(config).create_table(table_name).head_offset() == 0
 
 
 # ---------------------------------------------------------------------- objects from before the binding
@@ -218,7 +219,7 @@ def _old_table_with_flat_history(mconfig: Config, table: str) -> Catalog:
     """A table with six appends whose outputs lie in the flat layout (written before the binding)."""
     catalog = Catalog(mconfig)
     catalog.create_table(table)
-    with TableWriter(mconfig, table) as writer:
+    with load_catalog(mconfig).load_table(table) as writer:
         for i in range(6):
             writer.append([segment(f"old{i}")])
     _write_flat_history(mconfig, table)
@@ -264,19 +265,22 @@ def test_objects_from_before_the_binding_are_read_only_by_their_own_log(
     # the same log: its materializer adopts the flat objects, and readers take them again
     with running_materializer(mconfig, pattern):
         _wait("the claim", lambda: files.read_claim() is not None)
-        own_id = catalog.table(table).log_id
+        own_id = tables_of(catalog).open(table).log_id
         claim = files.read_claim()
         assert claim is not None and claim.log_id == own_id
         wait_for_head(RedisStore.from_config(mconfig), table, head_offset(mconfig, table))
-    got = catalog.table(table).snapshot(3, sources=("object-store",))
+    got = tables_of(catalog).open(table).snapshot(3, sources=("object-store",))
     assert _segment_ids(got) == ["old0", "old1", "old2"]
 
     # created again: the claim names the old log, so the new one reads only its own directory
     _delete_topic(mconfig, table)
     created = _create_again(catalog, table)
-    assert created.files is not None and created.files.base == f"{files.catalog_dir}/logs/{created.log_id}"
+    assert (
+        reader_of(created).files is not None
+        and reader_of(created).files.base == f"{files.catalog_dir}/logs/{reader_of(created).log_id}"
+    )
     with pytest.raises(VersionNotFound):
-        created.snapshot(3, sources=("object-store", "kafka"))
+        reader_of(created).snapshot(3, sources=("object-store", "kafka"))
     assert _segment_ids(created.snapshot()) == []
 
 
@@ -290,9 +294,9 @@ def test_unclaimed_flat_objects_of_another_log_are_found_foreign(mconfig: Config
     _delete_topic(mconfig, table)
     created = _create_again(catalog, table)  # before: InvalidCommit from the flat archive
     with pytest.raises(VersionNotFound):
-        catalog.table(table).snapshot(5)
-    assert _segment_ids(catalog.table(table).snapshot()) == []
-    with TableWriter(mconfig, table) as writer:
+        catalog.load_table(table).snapshot(5)
+    assert _segment_ids(catalog.load_table(table).snapshot()) == []
+    with load_catalog(mconfig).load_table(table) as writer:
         assert writer.append([segment("new0")]) == 1
     files = TableFiles(ObjectStore.from_config(mconfig), TableName.parse(table))
     with running_materializer(mconfig, pattern):
@@ -300,7 +304,7 @@ def test_unclaimed_flat_objects_of_another_log_are_found_foreign(mconfig: Config
         wait_for_head(RedisStore.from_config(mconfig), table, head_offset(mconfig, table))
     claim = files.read_claim()
     assert claim is not None and claim.log_id is None, claim
-    assert created.log_id is not None
+    assert reader_of(created).log_id is not None
     assert_outputs_match_clean_replay(mconfig, table)
 
 
@@ -314,7 +318,7 @@ def test_the_spark_sources_planner_never_follows_the_old_tables_objects(mconfig:
     catalog = _old_table_with_flat_history(mconfig, table)
     _delete_topic(mconfig, table)
     _create_again(catalog, table)
-    with TableWriter(mconfig, table) as writer:
+    with load_catalog(mconfig).load_table(table) as writer:
         writer.append([segment("new0")])
     follower = VersionFollower(mconfig, TableName.parse(table))
     try:

@@ -12,12 +12,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
+from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import InvalidTableName, MisconfiguredTable, TableAlreadyExists, TableNotFound
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.names import TableName
-from segcat.catalog.read.table import Catalog
-from segcat.catalog.write import TableWriter
+from tests.handles import tables_of
 
 pytestmark = pytest.mark.kafka
 
@@ -39,12 +39,12 @@ def _topics(config: Config) -> set[str]:
 
 def test_create_sets_the_protocol_topic_config(catalog: Catalog, table_name: str) -> None:
     table = catalog.create_table(table_name)
-    assert table.info.partitions == 1
-    assert table.info.config["cleanup.policy"] == "compact"
-    assert table.info.config["message.timestamp.type"] == "LogAppendTime"
-    assert table.info.config["compression.type"] == "zstd"
-    assert int(table.info.config["max.message.bytes"]) >= 16 * 1024 * 1024
-    assert "min.compaction.lag.ms" in table.info.config
+    assert table.topic.partitions == 1
+    assert table.topic.config["cleanup.policy"] == "compact"
+    assert table.topic.config["message.timestamp.type"] == "LogAppendTime"
+    assert table.topic.config["compression.type"] == "zstd"
+    assert int(table.topic.config["max.message.bytes"]) >= 16 * 1024 * 1024
+    assert "min.compaction.lag.ms" in table.topic.config
     assert TableName.parse(table_name) in catalog.list_tables()
     with pytest.raises(TableAlreadyExists):
         catalog.create_table(table_name)
@@ -52,7 +52,7 @@ def test_create_sets_the_protocol_topic_config(catalog: Catalog, table_name: str
 
 def test_open_missing_table_is_a_typed_error(catalog: Catalog, table_name: str) -> None:
     with pytest.raises(TableNotFound, match="create it first"):
-        catalog.table(table_name)
+        catalog.load_table(table_name)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_invalid_names_never_reach_kafka(catalog: Catalog, config: Config, bad: 
     with pytest.raises(InvalidTableName):
         catalog.create_table(bad)
     with pytest.raises(InvalidTableName):
-        TableWriter(config, bad)
+        load_catalog(config).load_table(bad)
     assert _topics(config) == before
 
 
@@ -95,9 +95,9 @@ def test_misconfigured_topics_are_refused_before_any_write(
     )[name.topic].result(30)
     _wait_visible(admin, name.topic)
     with pytest.raises(MisconfiguredTable, match=complaint):
-        catalog.table(table_name)
+        catalog.load_table(table_name)
     with pytest.raises(MisconfiguredTable):
-        TableWriter(config, table_name)
+        load_catalog(config).load_table(table_name)
     with LogReader(config, name) as reader:
         assert reader.watermarks() == (0, 0)
 
@@ -115,7 +115,7 @@ def test_create_waits_for_a_broker_that_has_not_heard_of_the_topic(
     """On a cluster the broker asked for the new topic's config may not know it yet (metadata
     spreads after the creation is acknowledged): creation waits, as it does for the metadata.
     (Seen on the 3-broker stack: UNKNOWN_TOPIC_OR_PART from describe_configs, ServiceUnavailable.)"""
-    admin = catalog.admin
+    admin = tables_of(catalog).admin
     real = admin._admin.describe_configs
     refused: list[int] = []
 
@@ -130,4 +130,4 @@ def test_create_waits_for_a_broker_that_has_not_heard_of_the_topic(
     monkeypatch.setattr(admin._admin, "describe_configs", lagging)
     table = catalog.create_table(table_name)
     assert len(refused) == 2
-    assert table.info.config["cleanup.policy"] == "compact"
+    assert table.topic.config["cleanup.policy"] == "compact"

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, InvalidArgument, TableDropped, UnsafeLocation
 from segcat.catalog.log.topics import TopicAdmin
@@ -23,7 +24,6 @@ from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, Operation, Segment
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read import broker_clock
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import (
     SegmentLife,
     check_duration,
@@ -33,8 +33,8 @@ from segcat.catalog.read.vacuum import (
     vacuum,
 )
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.write import TableWriter
 from tests.factories import produce_raw
+from tests.handles import reader_of, tables_of
 from tests.materializer_support import PrivateRedis
 
 
@@ -66,35 +66,35 @@ def vtable(vconfig: Config, table_name: str) -> Table:
 
 
 def test_dropped_files_go_after_grace_and_leases_keep_theirs(vconfig: Config, vtable: Table) -> None:
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "a"), _segment(vtable, "b")])
         old = writer.compact(["a", "b"], [_segment(vtable, "ab")])
         writer.compact(["ab"], [_segment(vtable, "final")])
-    head = vtable.log_end()
+    head = vtable.head_offset()
     # inside the grace period: nothing dropped goes
-    report = vacuum(vtable, retain_versions=1, grace_ms=3_600_000)
+    report = vacuum(reader_of(vtable), retain_versions=1, grace_ms=3_600_000)
     assert report.deleted == 0 and report.kept_by_grace >= 3
     catalog = Catalog(vconfig)
-    assert catalog.redis is not None
+    assert tables_of(catalog).redis is not None
     with vtable.lease(old, ttl_s=30) as held:
         assert held.held and held.version == old
-        dry = vacuum(vtable, retain_versions=1, grace_ms=0, dry_run=True)
+        dry = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0, dry_run=True)
         assert dry.horizon == old and dry.leased_versions == (old,)
         assert {Path(f.path).name for f in dry.files} == {"a.parquet", "b.parquet"}
         assert all(_exists(vtable, f"data/part=p0/{s}.parquet") for s in ("a", "b"))  # dry run
-        report = vacuum(vtable, retain_versions=1, grace_ms=0)
+        report = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0)
         assert report.deleted == 2 and report.by_reason() == {"dropped": {"files": 2, "bytes": 128}}
         assert _exists(vtable, "data/part=p0/ab.parquet")  # the leased version still sees it
-    report = vacuum(vtable, retain_versions=1, grace_ms=0)
+    report = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0)
     assert [Path(f.path).name for f in report.files] == ["ab.parquet"]
     assert not _exists(vtable, "data/part=p0/ab.parquet") and _exists(vtable, "data/part=p0/final.parquet")
     assert report.horizon == head
-    again = vacuum(vtable, retain_versions=1, grace_ms=0)
+    again = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0)
     assert again.files == [] and again.deleted == 0  # a rerun has nothing left to do
 
 
 def test_orphans_wait_for_grace_and_live_intents(vconfig: Config, vtable: Table) -> None:
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "kept")])
         young = _write_file(vtable, "data/part=p0/young-orphan.parquet")
         old = _write_file(vtable, "data/part=p0/old-orphan.parquet")
@@ -102,13 +102,13 @@ def test_orphans_wait_for_grace_and_live_intents(vconfig: Config, vtable: Table)
         an_hour_ago = time.time() - 3600
         os.utime(old, (an_hour_ago, an_hour_ago))
         os.utime(temp, (an_hour_ago, an_hour_ago))
-        report = vacuum(vtable, grace_ms=600_000)
+        report = vacuum(reader_of(vtable), grace_ms=600_000)
         assert sorted(Path(f.path).name for f in report.files) == sorted([old.name, temp.name])
         assert young.exists() and not old.exists() and _exists(vtable, "data/part=p0/kept.parquet")
         with writer.intent("data/part=p1/", ttl_s=60) as intent:
             in_flight = _write_file(vtable, "data/part=p1/in-flight.parquet")
             os.utime(in_flight, (an_hour_ago, an_hour_ago))
-            report = vacuum(vtable, grace_ms=0)
+            report = vacuum(reader_of(vtable), grace_ms=0)
             assert in_flight.exists() and report.kept_by_intent == 1 and report.open_intents == 1
             assert young.name in {Path(f.path).name for f in report.files}
             intent.commit(
@@ -117,7 +117,7 @@ def test_orphans_wait_for_grace_and_live_intents(vconfig: Config, vtable: Table)
                 )
             )
         assert vtable.snapshot().segment_ids() == {"kept", "f"}
-        assert vacuum(vtable, grace_ms=0).files == [] and in_flight.exists()
+        assert vacuum(reader_of(vtable), grace_ms=0).files == [] and in_flight.exists()
 
 
 def test_a_killed_writer_s_files_survive_while_its_intent_lives(vconfig: Config, vtable: Table) -> None:
@@ -126,9 +126,9 @@ def test_a_killed_writer_s_files_survive_while_its_intent_lives(vconfig: Config,
 import os, sys
 from pathlib import Path
 from segcat.catalog.config import Config
-from segcat.catalog.write import TableWriter
+from segcat import load_catalog
 config = Config.load()
-writer = TableWriter(config, {vtable.name.qualified!r})
+writer = load_catalog(config).load_table({vtable.name.qualified!r})
 intent = writer.intent("data/job/", ttl_s=3)
 intent.open()
 path = Path({root!r}) / "data/job/part-0.parquet"
@@ -148,32 +148,32 @@ os._exit(9)  # killed before its commit: no abort, no renewal
     )
     assert "written" in done.stdout, done.stderr
     orphan = Path(root) / "data/job/part-0.parquet"
-    report = vacuum(vtable, grace_ms=0)
+    report = vacuum(reader_of(vtable), grace_ms=0)
     assert orphan.exists() and report.kept_by_intent == 1
     time.sleep(3.5)  # the intent expires (broker time + 3 s)
-    report = vacuum(vtable, grace_ms=0)
+    report = vacuum(reader_of(vtable), grace_ms=0)
     assert not orphan.exists() and [f.reason for f in report.files] == ["orphan"]
 
 
 def test_vacuum_refuses_bad_input_and_deletes_nothing(
     vconfig: Config, vtable: Table, catalog: Catalog, table_name: str
 ) -> None:
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "a")])
         writer.compact(["a"], [_segment(vtable, "b")])
     for bad in ({"grace_ms": -1}, {"grace_ms": 10**30}, {"retain_versions": 0}, {"retain_versions": True}):
         with pytest.raises(InvalidArgument):
             vacuum(vtable, **bad)  # type: ignore[arg-type]
     assert _exists(vtable, "data/part=p0/a.parquet")
-    vtable.drop()
+    vtable.catalog.drop_table(vtable.name)
     with pytest.raises(TableDropped):
-        vacuum(vtable, grace_ms=0)
+        vacuum(reader_of(vtable), grace_ms=0)
     assert _exists(vtable, "data/part=p0/a.parquet")
-    vtable.undrop()
+    vtable.catalog.undrop_table(vtable.name)
     # a protocol-1 log may hold absolute paths anywhere: vacuum refuses to touch them
     name = TableName.parse(f"test.p1_{uuid.uuid4().hex[:12]}")
     TopicAdmin(vconfig).create(name)
-    legacy = Catalog(vconfig).table(name)
+    legacy = Catalog(vconfig).load_table(name)
     outside = Path(vconfig.warehouse).parent / f"elsewhere-{uuid.uuid4().hex[:6]}.parquet"
     outside.write_bytes(b"x")
     commits = [
@@ -190,7 +190,7 @@ def test_vacuum_refuses_bad_input_and_deletes_nothing(
     ]
     produce_raw(vconfig, name.topic, [(c.commit_id.encode(), codec.encode_commit(c)) for c in commits])
     with pytest.raises(UnsafeLocation):
-        vacuum(legacy, retain_versions=1, grace_ms=0, ignore_leases=True)
+        vacuum(reader_of(legacy), retain_versions=1, grace_ms=0, ignore_leases=True)
     assert outside.exists()
 
 
@@ -213,7 +213,7 @@ def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtab
 
     def work(n: int) -> None:
         try:
-            with TableWriter(vconfig, vtable.name, writer_id=f"w{n}") as writer:
+            with load_catalog(vconfig).load_table(vtable.name, writer_id=f"w{n}") as writer:
                 k = 0
                 while not stop.is_set():
                     k += 1
@@ -240,7 +240,7 @@ def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtab
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            run = vacuum(vtable, retain_versions=5, grace_ms=0)
+            run = vacuum(reader_of(vtable), retain_versions=5, grace_ms=0)
             horizons.append(run.horizon)
             deleted += run.deleted
     finally:
@@ -249,9 +249,9 @@ def test_racing_vacuum_never_deletes_a_live_or_leased_file(vconfig: Config, vtab
             thread.join(60)
     assert not errors, errors
     assert len(horizons) >= 2
-    final = vacuum(vtable, retain_versions=5, grace_ms=0)
+    final = vacuum(reader_of(vtable), retain_versions=5, grace_ms=0)
     assert deleted + final.deleted > 0  # compactions' inputs were collected while writers ran
-    end = vtable.log_end()
+    end = vtable.head_offset()
     for version in range(final.horizon, end + 1):
         snap = vtable.snapshot(version=version)
         missing = [p for p in snap.files() if not Path(p).exists()]
@@ -273,7 +273,7 @@ def test_a_live_intent_keeps_its_own_files_not_a_dead_writer_s(vconfig: Config, 
     """Under one prefix: the live write's files (their footers name its intent) stay; a losing
     writer's (another commit id) go; a file without provenance stays (when in doubt, keep)."""
     root = Path(vtable.location())
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "kept")])
         with writer.intent("data/", ttl_s=60, intent_id=str(uuid.uuid4())) as intent:
             mine = root / "data/day=1/part-mine.parquet"
@@ -285,11 +285,13 @@ def test_a_live_intent_keeps_its_own_files_not_a_dead_writer_s(vconfig: Config, 
             unknown.write_bytes(b"not parquet")
             an_hour_ago = time.time() - 3600
             os.utime(unknown, (an_hour_ago, an_hour_ago))
-            report = vacuum(vtable, grace_ms=0)
+            report = vacuum(reader_of(vtable), grace_ms=0)
             assert [Path(f.path).name for f in report.files] == ["part-dead.parquet"]
             assert mine.exists() and unknown.exists() and not dead.exists()
             assert report.kept_by_intent == 2
-        report = vacuum(vtable, grace_ms=0)  # the intent is closed (aborted): its files are orphans now
+        report = vacuum(
+            reader_of(vtable), grace_ms=0
+        )  # the intent is closed (aborted): its files are orphans now
         assert sorted(Path(f.path).name for f in report.files) == [
             "part-mine.parquet",
             "part-unknown.parquet",
@@ -307,18 +309,22 @@ def test_drops_before_the_newest_key_frame_are_found_on_a_first_vacuum(
     mconfig = replace(mconfig, warehouse=vconfig.warehouse)
     catalog = Catalog(mconfig)
     with running_materializer(mconfig, rf"^{vtable.name.topic.replace('.', '[.]')}$"):
-        with TableWriter(mconfig, vtable.name) as writer:
+        with load_catalog(mconfig).load_table(vtable.name) as writer:
             writer.append([_segment(vtable, "a"), _segment(vtable, "b")])
             writer.compact(["a", "b"], [_segment(vtable, "ab")])
             for k in range(5):
                 writer.append([_segment(vtable, f"n{k}")])
-        wait_for_head(catalog.redis, vtable.name.qualified, vtable.log_end())  # type: ignore[arg-type]
-    files = vtable.files
+        wait_for_head(tables_of(catalog).redis, vtable.name.qualified, vtable.head_offset())  # type: ignore[arg-type]
+    files = reader_of(vtable).files
     assert files is not None and len(files.keyframe_versions()) >= 3
-    report = vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True)
+    report = vacuum(
+        reader_of(vtable), retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True
+    )
     assert sorted(Path(f.path).name for f in report.files) == ["a.parquet", "b.parquet"]
-    vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True)
-    again = vacuum(vtable, retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True)
+    vacuum(reader_of(vtable), retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True)
+    again = vacuum(
+        reader_of(vtable), retain_versions=1, grace_ms=0, orphans=False, ignore_leases=True, dry_run=True
+    )
     assert again.files == []  # the record of the first run moves the next replay forward
 
 
@@ -327,7 +333,7 @@ def test_a_vacuum_killed_midway_is_finished_by_the_next_run(
 ) -> None:
     import segcat.catalog.read.vacuum as vacuum_module
 
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, f"s{k}") for k in range(6)])
         writer.compact([f"s{k}" for k in range(6)], [_segment(vtable, "merged")])
     monkeypatch.setattr(vacuum_module, "BATCH", 2)
@@ -339,11 +345,11 @@ def test_a_vacuum_killed_midway_is_finished_by_the_next_run(
         raise KeyboardInterrupt  # killed after the first batch
 
     with pytest.raises(KeyboardInterrupt):
-        vacuum(vtable, retain_versions=1, grace_ms=0, progress=die)
+        vacuum(reader_of(vtable), retain_versions=1, grace_ms=0, progress=die)
     left = [k for k in range(6) if _exists(vtable, f"data/part=p0/s{k}.parquet")]
     assert 0 < len(left) < 6 and _exists(vtable, "data/part=p0/merged.parquet")
     assert vtable.snapshot().segment_ids() == {"merged"}  # the table is consistent meanwhile
-    report = vacuum(vtable, retain_versions=1, grace_ms=0)
+    report = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0)
     assert report.deleted == len(left) and report.already_gone == 6 - len(left)
     assert not any(_exists(vtable, f"data/part=p0/s{k}.parquet") for k in range(6))
 
@@ -363,7 +369,7 @@ def test_a_file_committed_while_vacuum_lists_data_is_kept(
     sees it (regression: the head was read first, and the file went as an orphan)."""
     old = _old(_write_file(vtable, "data/import/old.parquet"))
     real_listing = ObjectStore.list_files
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         for k in range(3):
             writer.append([_segment(vtable, f"s{k}")])
 
@@ -374,7 +380,7 @@ def test_a_file_committed_while_vacuum_lists_data_is_kept(
             return found
 
         monkeypatch.setattr(ObjectStore, "list_files", listing_while_a_commit_lands)
-        report = vacuum(vtable, grace_ms=60_000)
+        report = vacuum(reader_of(vtable), grace_ms=60_000)
     assert old.exists(), [f.path for f in report.files]
     assert "old" in vtable.snapshot().segment_ids() and report.files == []
 
@@ -384,17 +390,17 @@ def test_a_file_committed_after_the_plan_is_kept_by_the_recheck(vconfig: Config,
     (a Spark listing, a long plan). Right before a batch goes the log is read again: a file
     registered by then stays, whether planned as an orphan or as a dropped file."""
     old = _old(_write_file(vtable, "data/import/old.parquet"))
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "a")])
         writer.compact(["a"], [_segment(vtable, "b")])
-        plan = vacuum(vtable, retain_versions=1, grace_ms=0, dry_run=True)
+        plan = vacuum(reader_of(vtable), retain_versions=1, grace_ms=0, dry_run=True)
         assert sorted((Path(f.path).name, f.reason) for f in plan.files) == [
             ("a.parquet", "dropped"),
             ("old.parquet", "orphan"),
         ]
         writer.append([Segment("old", "data/import/old.parquet", 64, 1, "import")])
         writer.append([Segment("a-again", "data/part=p0/a.parquet", 64, 1, "p0")])  # registered again
-    execute(vtable, plan)
+    execute(reader_of(vtable), plan)
     assert old.exists() and _exists(vtable, "data/part=p0/a.parquet")
     assert plan.deleted == 0 and plan.kept_by_recheck == 2 and plan.files == []
     missing = [p for p in vtable.snapshot().files() if not Path(p).exists()]
@@ -407,7 +413,7 @@ def test_a_path_registered_again_is_judged_by_its_last_life(vconfig: Config, vta
     (regression: a's drop condemned the path)."""
     grace_ms = 3_000
     path = "data/part=p0/a.parquet"
-    with TableWriter(vconfig, vtable.name) as writer:
+    with load_catalog(vconfig).load_table(vtable.name) as writer:
         writer.append([_segment(vtable, "a")])
         writer.delete(drops=["a"])
         time.sleep(grace_ms / 1000 + 0.2)  # a's drop is now older than the grace (broker time)
@@ -415,9 +421,9 @@ def test_a_path_registered_again_is_judged_by_its_last_life(vconfig: Config, vta
         writer.delete(drops=["b"])
     drops = [h.timestamp_ms for h in vtable.history() if h.commit.drops]
     assert drops[1] - drops[0] > grace_ms
-    report = vacuum(vtable, grace_ms=grace_ms, orphans=False)
+    report = vacuum(reader_of(vtable), grace_ms=grace_ms, orphans=False)
     head = vtable.snapshot()
-    vacuum_now_at_most = broker_clock.now_ms(vtable, head.protocol, head.version)
+    vacuum_now_at_most = broker_clock.now_ms(reader_of(vtable), head.protocol, head.version)
     if vacuum_now_at_most - drops[1] < grace_ms:  # (always, unless this machine stalled for seconds)
         assert _exists(vtable, path), report.files
         assert report.kept_by_grace == 1 and report.files == []

@@ -35,15 +35,15 @@ from unittest import mock
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.model import Segment
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.read.vacuum import VacuumReport, execute, vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
-from segcat.catalog.write import TableWriter
+from tests.handles import reader_of
 
 LONG_AGO_S = 3_600.0
 WRITES = ["append", "append_old", "compact", "replace", "delete", "reregister", "stray"]
@@ -62,7 +62,7 @@ class Run:
     """One example's table, writer and bookkeeping."""
 
     table: Table
-    writer: TableWriter
+    writer: Table
     root: Path
     n: int = 0
     dropped_paths: list[str] = field(default_factory=list)
@@ -149,7 +149,7 @@ def versions_and_files(table: Table, root: Path) -> dict[int, set[Path]]:
         if applied.verdict.outcome is Outcome.ACCEPTED:
             found[applied.verdict.offset] = {root / live.segment.path for live in state.segments.values()}
 
-    table.state(listener=remember)
+    reader_of(table).state(listener=remember)
     return found
 
 
@@ -190,7 +190,7 @@ def test_vacuum_keeps_every_file_a_kept_or_leased_version_lists(config: Config, 
     warehouse = tempfile.mkdtemp(prefix="vacuum-props-")
     cfg = replace(config, warehouse=warehouse)
     table = Catalog(cfg).create_table(f"test.vprops_{uuid.uuid4().hex[:10]}")
-    with TableWriter(cfg, table.name) as writer:
+    with load_catalog(cfg).load_table(table.name) as writer:
         run = Run(table, writer, Path(table.location()))
         try:
             for step in steps:
@@ -207,7 +207,7 @@ def _step(run: Run, step: tuple) -> None:  # type: ignore[type-arg]
     if kind in WRITES:
         run.run(kind, step[1])
     elif kind == "lease":
-        head = run.table.log_end()
+        head = run.table.head_offset()
         if head >= 0:
             version = step[1] % (head + 1)
             held = ExitStack()
@@ -222,16 +222,16 @@ def _step(run: Run, step: tuple) -> None:  # type: ignore[type-arg]
 
 
 def _vacuum(run: Run, kind: str, retain: int, inside: list[tuple[str, int]]) -> None:
-    before, end_before = intact(run), run.table.log_end()
+    before, end_before = intact(run), run.table.head_offset()
     if kind == "vacuum":
-        check(run, vacuum(run.table, retain_versions=retain, grace_ms=0), before, end_before)
+        check(run, vacuum(reader_of(run.table), retain_versions=retain, grace_ms=0), before, end_before)
         return
     commits = [run.prepare(k, pick) for k, pick in inside]  # the files exist before the vacuum starts
     if kind == "vacuum_between_plan_and_deletes":
-        plan = vacuum(run.table, retain_versions=retain, grace_ms=0, dry_run=True)
+        plan = vacuum(reader_of(run.table), retain_versions=retain, grace_ms=0, dry_run=True)
         for commit in commits:
             commit()
-        execute(run.table, plan)
+        execute(reader_of(run.table), plan)
         check(run, plan, before, end_before)
         return
     real_listing = ObjectStore.list_files
@@ -244,5 +244,5 @@ def _vacuum(run: Run, kind: str, retain: int, inside: list[tuple[str, int]]) -> 
         return found
 
     with mock.patch.object(ObjectStore, "list_files", listing_then_commits):
-        report = vacuum(run.table, retain_versions=retain, grace_ms=0)
+        report = vacuum(reader_of(run.table), retain_versions=retain, grace_ms=0)
     check(run, report, before, end_before)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from segcat import Catalog, Table
 from segcat.catalog.config import Config
 from segcat.catalog.protocol.version_change import VersionChange
-from segcat.catalog.read.table import Catalog, Table
 from segcat.catalog.storage.redis import RedisStore
 from tests.materializer_support import (
     PrivateRedis,

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from segcat import Table
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
     CommitTooLarge,
@@ -30,8 +31,8 @@ from segcat.catalog.log import producer as producer_module
 from segcat.catalog.log.producer import SharedProducer, write_commit, write_nulls
 from segcat.catalog.log.write_errors import retriable, write_error
 from segcat.catalog.protocol.model import Commit, Operation
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
+from segcat.catalog.read.table import Tables
+from segcat.catalog.write.writer import Writer
 from tests.factories import segment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +109,7 @@ def _admin_commit(table: Table) -> Commit:
         commit_id=Commit.new_id(),
         table=table.name.qualified,
         operation=Operation.SET_PROPERTIES,
-        base_version=table.log_end(),
+        base_version=table.head_offset(),
         writer_id="segcat-drop-test",
         timestamp_ms=0,
         table_properties={"segcat.dropped": "1"},
@@ -118,7 +119,7 @@ def _admin_commit(table: Table) -> Commit:
 def _each_kind(config: Config, table: Table, shared: SharedProducer) -> dict[str, SegcatError]:
     """The error each kind of record meets: a data commit, an administration commit, null records."""
     met: dict[str, SegcatError] = {}
-    with TableWriter(config, table.name, producer=shared) as writer:
+    with Writer(config, table.name, producer=shared) as writer:
         try:
             writer.append([segment("refused")])
         except SegcatError as exc:
@@ -154,11 +155,11 @@ def test_every_kind_of_record_meets_the_same_typed_error(
     purge's fence and the clock record, which ``write_commit`` writes; prune's null records), the
     same answer from Kafka is the same typed error; nothing reaches the log."""
     shared = _answering(config, {"code": code, "fatal": fatal})
-    end = table.log_end()
+    end = table.head_offset()
     met = _each_kind(config, table, shared)
     assert set(met) == {"data commit", "administration commit", "null records"}, met
     assert {kind: type(exc) for kind, exc in met.items()} == dict.fromkeys(met, MAPPING[code]), met
-    assert table.log_end() == end
+    assert table.head_offset() == end
 
 
 def _constructs_producer(path: Path) -> list[int]:
@@ -196,7 +197,7 @@ def test_a_catalog_holds_one_producer_for_its_tables(config: Config, table_name:
     """A catalog holds its config's producer: a read-only catalog never opens a client, creating
     tables opens one that every creation reuses, and letting go of the catalog closes it."""
     own = replace(config, request_timeout_s=29.0)  # a config no other test's producer serves
-    catalog = Catalog(own, use_redis=False)
+    catalog = Tables(own, use_redis=False)
     shared = SharedProducer.acquire(own)
     shared.release()  # only a look at the catalog's producer: the catalog still holds it
     catalog.list_tables()

@@ -18,14 +18,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, InvalidCommit, SegcatError
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.protocol.expressions import col
 from segcat.catalog.protocol.model import BloomFilter, ColumnStats, ColumnType, Operation, Segment
 from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
 from tests.factories import segment
 
 pytestmark = pytest.mark.kafka
@@ -139,7 +138,7 @@ def _high(config: Config, table: Table) -> int:
         return reader.watermarks()[1]
 
 
-def _call(writer: TableWriter, call: tuple[Any, ...]) -> int:
+def _call(writer: Table, call: tuple[Any, ...]) -> int:
     kind, *args = call
     if kind == "append":
         return writer.append(args[0])
@@ -175,7 +174,7 @@ def shared_table(catalog: Catalog) -> Table:
 def test_every_call_gives_a_version_or_a_typed_error_and_nothing_stray(
     config: Config, shared_table: Table, calls: list[tuple[Any, ...]]
 ) -> None:
-    with TableWriter(config, shared_table.name) as writer:
+    with load_catalog(config).load_table(shared_table.name) as writer:
         for call in calls:
             before = _high(config, shared_table)
             try:
@@ -202,7 +201,7 @@ def test_every_call_gives_a_version_or_a_typed_error_and_nothing_stray(
 
 
 def test_known_regressions_write_nothing(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append([segment("py1")])
         before = _high(config, table)
         for bad in (

@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict, InvalidArgument, MalformedCommit, NotAuthorized, SegcatError
 from segcat.catalog.log.producer import SharedProducer
@@ -27,8 +28,7 @@ from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.replay import Applied, replay
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.table import Catalog, Table
-from segcat.catalog.write import TableWriter
+from segcat.catalog.write.writer import Writer
 from tests.factories import segment
 
 pytestmark = pytest.mark.kafka
@@ -75,7 +75,7 @@ def assert_agrees(future: Future[int], commit_id: str, log: dict[str, Judged]) -
 
 
 def test_many_appends_in_flight_resolve_to_the_versions_of_the_replay(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         commits = [writer.new_commit(Operation.APPEND, adds=[segment(f"s{i}")]) for i in range(400)]
         futures = [writer.submit(c) for c in commits]
         versions = [f.result(timeout=60) for f in futures]
@@ -87,7 +87,7 @@ def test_many_appends_in_flight_resolve_to_the_versions_of_the_replay(config: Co
 
 
 def test_append_async_and_resubmitting_an_in_flight_commit(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         first = writer.append_async([segment("a")], properties={"job": "1"})
         commit = writer.new_commit(Operation.APPEND, adds=[segment("b")])
         sent = writer.submit(commit)
@@ -102,7 +102,7 @@ def test_append_async_and_resubmitting_an_in_flight_commit(config: Config, table
 
 
 def test_a_conflict_among_pipelined_commits_fails_only_its_own_future(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append([segment("a"), segment("b")])
         before = [writer.append_async([segment(f"x{i}")]) for i in range(20)]
         compact_1 = writer.new_commit(Operation.COMPACT, drops=["a"], adds=[segment("a1")])
@@ -124,7 +124,7 @@ def test_a_conflict_among_pipelined_commits_fails_only_its_own_future(config: Co
 
 
 def test_a_conflict_the_image_already_shows_fails_the_future_unsent(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         writer.append([segment("a")])
         writer.compact(["a"], [segment("a1")])
         stale = writer.new_commit(Operation.COMPACT, drops=["a"], adds=[segment("a2")])
@@ -136,7 +136,7 @@ def test_a_conflict_the_image_already_shows_fails_the_future_unsent(config: Conf
 
 
 def test_malformed_commits_are_raised_at_submit_and_nothing_is_sent(config: Config, table: Table) -> None:
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         with pytest.raises(MalformedCommit, match="APPEND may not carry drops"):
             writer.submit(writer.new_commit(Operation.APPEND, adds=[segment("a")], drops=["zzz"]))
         ok = writer.append_async([segment("b")])
@@ -148,7 +148,7 @@ def test_threads_sharing_one_writer_each_get_their_own_verdicts(config: Config, 
     threads, each = 6, 40
     results: dict[int, list[tuple[str, int]]] = {t: [] for t in range(threads)}
     errors: list[BaseException] = []
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
 
         def work(t: int) -> None:
             try:
@@ -177,7 +177,7 @@ def test_threads_sharing_one_writer_each_get_their_own_verdicts(config: Config, 
 
 
 def test_close_with_futures_in_flight_resolves_every_one(config: Config, table: Table) -> None:
-    writer = TableWriter(config, table.name)
+    writer = load_catalog(config).load_table(table.name)
     commits = [writer.new_commit(Operation.APPEND, adds=[segment(f"c{i}")]) for i in range(300)]
     futures = [writer.submit(c) for c in commits]
     writer.close()
@@ -196,7 +196,7 @@ def test_close_with_futures_in_flight_resolves_every_one(config: Config, table: 
 def test_waiting_inside_a_future_callback_is_refused_not_a_deadlock(config: Config, table: Table) -> None:
     seen: list[tuple[bool, BaseException | None]] = []
     main = threading.current_thread()
-    with TableWriter(config, table.name) as writer:
+    with load_catalog(config).load_table(table.name) as writer:
         inner = writer.new_commit(Operation.APPEND, adds=[segment("inner")])
 
         def callback(_: Future[int]) -> None:
@@ -253,7 +253,7 @@ def test_pipelined_outcomes_equal_the_replay_verdicts(
 ) -> None:
     run = uuid.uuid4().hex[:8]
     base = [f"{run}-base{i}" for i in range(4)]
-    with TableWriter(config, shared_table.name) as writer:
+    with load_catalog(config).load_table(shared_table.name) as writer:
         writer.append([segment(sid) for sid in base])
         sent: list[tuple[str, Future[int]]] = []
         for k, (kind, picks) in enumerate(plan):
@@ -333,7 +333,7 @@ def test_a_fatal_refusal_fails_commits_typed(config: Config, table: Table, cause
         return _FatallyRefusing(Producer(settings), refused, cause_once=cause_once)  # type: ignore[return-value]
 
     shared = SharedProducer(config, client_factory=client)
-    with TableWriter(config, table.name.qualified, producer=shared) as writer:
+    with Writer(config, table.name.qualified, producer=shared) as writer:
         writer.append([segment("kept")])
         refused.set()
         with pytest.raises(NotAuthorized, match="nothing was written"):

@@ -1,6 +1,6 @@
 """``CommitPipeline``: a writer's commits in flight, produced in submit order and judged together.
 
-``TableWriter.submit`` hands each checked, encoded commit to ``send``, which produces it at
+``Writer.submit`` hands each checked, encoded commit to ``send``, which produces it at
 once through the config's ``SharedProducer`` (the one producer of every record a client
 writes, with the one mapping of failures to typed errors, ``write_errors``); records may
 linger ``LINGER_MS`` so that those submitted together share a produce request. The *judge's
@@ -99,6 +99,13 @@ def _settle(future: CommitFuture, outcome: ToVersion, verdict: Verdict) -> None:
         future.set_exception(exc)
 
 
+def check_max_in_flight(value: object) -> int:
+    """``InvalidArgument`` unless ``value`` can bound the commits in flight (a positive integer)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"max_in_flight must be a positive integer, not {value!r}")
+    return value
+
+
 class CommitPipeline:
     """The in-flight commits of one writer, its judge thread, and the follower it catches up."""
 
@@ -117,8 +124,7 @@ class CommitPipeline:
         """``lock`` must be the follower's guard; ``outcome`` turns our verdicts into results.
         ``producer`` may serve other tables too: a delivery report reaches this pipeline whichever
         thread serves it."""
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-            raise InvalidArgument(f"max_in_flight must be a positive integer, not {max_in_flight!r}")
+        check_max_in_flight(max_in_flight)
         self._config = config
         self._name = name
         self._producer = producer
@@ -173,7 +179,7 @@ class CommitPipeline:
 
     def check_open(self) -> None:
         if self._closing:
-            raise InvalidArgument(f"the writer of {self._name} is closed: open a new TableWriter")
+            raise InvalidArgument(f"the writer of {self._name} is closed: load the table again")
         if isinstance(self._broken, NotAuthorized | ConfigError):  # a refusal every later commit meets too
             raise type(self._broken)(str(self._broken))
         if self._broken is not None:
@@ -451,7 +457,7 @@ class CommitPipeline:
     def close(self, timeout_s: float) -> None:
         """Stop accepting commits, wait up to ``timeout_s`` for those in flight, fail the rest."""
         if threading.current_thread() is self._thread:
-            raise InvalidArgument("a TableWriter cannot be closed from a commit future's callback")
+            raise InvalidArgument("a table's writer cannot be closed from a commit future's callback")
         with self._wake:
             self._closing = True
             self._wake.notify_all()

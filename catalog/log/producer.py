@@ -14,7 +14,7 @@ retries in order, so sharing changes neither. Its ``message.max.bytes`` is the m
 allows: each topic's own ``max.message.bytes`` is what limits a record (the writer checks it
 before sending; the broker refuses a larger record with ``CommitTooLarge``).
 
-**Lifetime.** Holders (a catalog, a ``TableWriter``, one administration write) ``acquire`` the
+**Lifetime.** Holders (a catalog, a table's ``Writer``, one administration write) ``acquire`` the
 producer of their config and ``release`` it; the client opens on the first record and is
 flushed and closed when the last holder releases it. A record's delivery report may be served
 by any thread polling the client: callbacks only hand the report to the record's owner.

@@ -16,12 +16,12 @@ from segcat.catalog.errors import InvalidArgument, ServiceUnavailable
 from segcat.catalog.log.producer import write_commit
 from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Commit, Intent, Operation, Protocol
-from segcat.catalog.read.table import Table
+from segcat.catalog.read.table import TableReader
 
 CLOCK_PREFIX = "data/"
 
 
-def now_ms(table: Table, protocol: Protocol, base_version: int) -> int:
+def now_ms(table: TableReader, protocol: Protocol, base_version: int) -> int:
     """The broker's time now: the ``LogAppendTime`` of a record appended for the purpose.
 
     The record is an ``INTENT`` that closes an intent nobody opened (a fresh id, ``ttl_ms``
@@ -46,7 +46,7 @@ def now_ms(table: Table, protocol: Protocol, base_version: int) -> int:
     return stamped if stamped is not None else record_time_ms(table, offset)
 
 
-def record_time_ms(table: Table, offset: int) -> int:
+def record_time_ms(table: TableReader, offset: int) -> int:
     """The broker time of the record at ``offset`` (from Kafka, or the archives once pruned)."""
     for applied in table.records(offset, offset + 1):
         return applied.timestamp_ms

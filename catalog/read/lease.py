@@ -232,7 +232,12 @@ def try_hold(
     For readers that must work without leases: their read is then not protected from vacuum,
     which the warning says. ``InvalidArgument`` still raises (a caller's mistake, not an outage).
     """
-    held = acquire_lease(backend, table, version, ttl_s=ttl_s, holder=holder)
+    return hold_or_warn(acquire_lease(backend, table, version, ttl_s=ttl_s, holder=holder))
+
+
+def hold_or_warn(held: HeldLease) -> HeldLease | None:
+    """``held`` acquired, or None (and one warning per Redis address and process) if Redis does
+    not answer: ``try_hold`` for a lease made elsewhere (``Table.lease``)."""
     try:
         return held.acquire()
     except ServiceUnavailable as exc:
@@ -240,7 +245,7 @@ def try_hold(
         _warn_once(
             where,
             "reading version %s of %s without a version lease (%s): vacuum cannot see this read",
-            version,
+            held.version,
             held.table,
             exc,
         )

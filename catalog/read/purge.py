@@ -37,7 +37,7 @@ from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read import broker_clock
-from segcat.catalog.read.table import Catalog, Table
+from segcat.catalog.read.table import TableReader, Tables
 from segcat.catalog.storage.objectstore import ObjectStore
 
 log = logging.getLogger("segcat.purge")
@@ -61,7 +61,7 @@ class PurgeReport:
 
 
 def purge(
-    catalog: Catalog, table: Table, *, allow_unfenced: bool = False, progress: Progress | None = None
+    catalog: Tables, table: TableReader, *, allow_unfenced: bool = False, progress: Progress | None = None
 ) -> PurgeReport:
     """Delete everything of a dropped table.
 
@@ -123,7 +123,7 @@ def purge(
     return report
 
 
-def _delete_catalog(table: Table, *, quiet: bool = False) -> int:
+def _delete_catalog(table: TableReader, *, quiet: bool = False) -> int:
     """Delete the table's ``_catalog/`` (key frames, archives, vacuum records); how many objects."""
     if table.files is None:
         return 0
@@ -145,7 +145,7 @@ def _delete_catalog(table: Table, *, quiet: bool = False) -> int:
 class _Watch:
     """The table's image, kept current before each irreversible step of the purge."""
 
-    def __init__(self, table: Table, follower: Follower, admin: TopicAdmin | None = None) -> None:
+    def __init__(self, table: TableReader, follower: Follower, admin: TopicAdmin | None = None) -> None:
         self.table = table
         self.follower = follower
         self.admin = admin
@@ -153,7 +153,7 @@ class _Watch:
         self.undropped_at: int | None = None
 
     @classmethod
-    def open(cls, table: Table, admin: TopicAdmin | None = None) -> _Watch:
+    def open(cls, table: TableReader, admin: TopicAdmin | None = None) -> _Watch:
         follower = Follower.from_keyframe(table.config, table.name, table.files)
         watch = cls(table, follower, admin)
         try:
@@ -241,7 +241,7 @@ class DropInfo:
     protocol: Protocol
 
 
-def drop_info(table: Table) -> DropInfo | None:
+def drop_info(table: TableReader) -> DropInfo | None:
     """The drop of ``table`` as the log records it (None when it is not dropped)."""
     with _Watch.open(table) as watch:
         state = watch.state

@@ -11,8 +11,8 @@ tombstones it returns deleted rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,9 +20,14 @@ import pyarrow.compute as pc
 from segcat.catalog.errors import SegcatError
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.model import Segment
-from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.rules import Applied, Outcome
 from segcat.catalog.read.snapshot import Snapshot
-from segcat.catalog.read.table import Table
+
+
+class _Records(Protocol):
+    """A table that lists its records with their verdicts (the public handle, or its read side)."""
+
+    def records(self, start: int = 0, end: int | None = None) -> Iterable[Applied]: ...
 
 
 def tombstones(snap: Snapshot) -> list[dict[str, Any]]:
@@ -56,7 +61,7 @@ def tombstones_apply(snap: Snapshot) -> bool:
     return oldest is not None and max(t.version for t in snap.tombstones) > oldest
 
 
-def version_note(table: Table, asked: int | None, snap: Snapshot) -> str | None:
+def version_note(table: _Records, asked: int | None, snap: Snapshot) -> str | None:
     """Why the snapshot of offset ``asked`` is of another version (the record there was not
     accepted: rejected, invalid, a duplicate, an intent...); None when it is the version asked."""
     if asked is None or asked == snap.version:

@@ -1,4 +1,9 @@
-"""The reader façade: ``Catalog(config).table("ns.t").snapshot(...)``.
+"""The read side of a table (internal): ``Tables`` opens, creates and lists tables,
+``TableReader`` answers snapshots, history and diffs and administers the table.
+
+The public handle, ``segcat.load_catalog()`` → ``Catalog`` → ``Table``
+(``segcat.catalog.client``), composes these with the writer; other packages use them only
+where docs/ARCHITECTURE.md lists them as internal users.
 
 Readers look in Redis (the materializer's key frame + deltas), then object storage (key
 frame + commit archives), then judge the rest of the log themselves (docs/PROTOCOL.md §6).
@@ -70,8 +75,9 @@ class HistoryEntry:
     commit: Commit
 
 
-class Catalog:
-    """Entry point for readers and tools: tables by name, created or opened."""
+class Tables:
+    """The tables of one cluster, by name: created, opened or listed (one admin client, one
+    Redis store and one object store, shared by every ``TableReader`` it opens)."""
 
     def __init__(self, config: Config | None = None, *, use_redis: bool = True) -> None:
         self.config = config or Config.load()
@@ -87,13 +93,19 @@ class Catalog:
             self._admin = TopicAdmin(self.config)
         return self._admin
 
+    def close(self) -> None:
+        """Let go of the shared producer now (not when this object is collected) and of Redis."""
+        self._producer_hold()
+        if self.redis is not None:
+            self.redis.close()
+
     def create_table(
         self,
         name: str | TableName,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         location: str | None = None,
-    ) -> Table:
+    ) -> TableReader:
         """Create the table's topic and record, as its first commit, the protocol and the location.
 
         ``location`` is where the table's data lives (an absolute path or URI); by default the
@@ -139,14 +151,19 @@ class Catalog:
         if isinstance(exc, SegcatError):
             exc.args = (f"{exc} ({note})", *exc.args[1:])
 
-    def table(self, name: str | TableName) -> Table:
+    def open(self, name: str | TableName) -> TableReader:
         """Open an existing table; refuses a misconfigured topic before anything is read."""
         parsed = table_name(name)
         return self._open(self.admin.describe(parsed))
 
-    def _open(self, info: TopicInfo) -> Table:
+    def open_topic(self, info: TopicInfo) -> TableReader:
+        """The reader of the log ``info`` describes (a handle's: that log, even if the name has
+        been given to a new table since)."""
+        return self._open(info)
+
+    def _open(self, info: TopicInfo) -> TableReader:
         files = TableFiles(self.store, info.name, info.topic_id)
-        return Table(self.config, info, redis=self.redis, files=files)
+        return TableReader(self.config, info, redis=self.redis, files=files)
 
     def list_tables(self) -> list[TableName]:
         return self.admin.list_tables()
@@ -167,8 +184,8 @@ def table_root(config: Config, name: TableName) -> str:
     return f"{warehouse.rstrip('/')}/{name.namespace}/{name.table}"
 
 
-class Table:
-    """One table: snapshots at any version or time, history and diffs.
+class TableReader:
+    """One table's read side: snapshots at any version or time, history and diffs.
 
     Snapshots come from the first source that can answer: Redis (key frame + deltas),
     object storage (key frame + commit archives), then Kafka for whatever the

@@ -52,7 +52,7 @@ from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, OpenIntent, TableState
 from segcat.catalog.read import broker_clock
 from segcat.catalog.read.retention import check_duration, check_retain_versions
-from segcat.catalog.read.table import Table
+from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 from segcat.catalog.storage.redis.leases import LeaseStore
@@ -169,7 +169,7 @@ def _property_int(properties: dict[str, str], key: str, default: int | None) -> 
 
 
 def vacuum(
-    table: Table,
+    table: TableReader,
     *,
     retain_versions: int | None = None,
     grace_ms: int | None = None,
@@ -355,7 +355,7 @@ def _orphans(
         report.files.append(Doomed(full, size, "orphan", relative))
 
 
-def _leased_versions(table: Table, leases: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
+def _leased_versions(table: TableReader, leases: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
     if ignore:
         return ()
     store = leases or (LeaseStore.from_store(table.redis) if table.redis is not None else None)
@@ -383,7 +383,7 @@ class _Keys:
         return locations.relative_to(path, self.root) or locations.canonical(path)
 
 
-def execute(table: Table, report: VacuumReport, progress: Progress | None = None) -> None:
+def execute(table: TableReader, report: VacuumReport, progress: Progress | None = None) -> None:
     """Delete what a (dry-run) report lists, in batches, each re-checked against the log's end
     right before it goes (``Recheck``), and record the run."""
     config = table.config
@@ -408,7 +408,7 @@ class Recheck:
     """
 
     def __init__(
-        self, table: Table, image: TableState, root: str, known_intents: set[str], store: ObjectStore
+        self, table: TableReader, image: TableState, root: str, known_intents: set[str], store: ObjectStore
     ) -> None:
         self.table = table
         self.image = image
@@ -517,7 +517,7 @@ class _History:
     time the broker has certainly reached.
     """
 
-    def __init__(self, table: Table, state: TableState) -> None:
+    def __init__(self, table: TableReader, state: TableState) -> None:
         self.lives: list[SegmentLife] = []
         self._live: dict[str, SegmentLife] = {}
         self.newest_ms = -1
@@ -528,7 +528,7 @@ class _History:
         self._follower = Follower(table.config, table.name, state, files=table.files)
 
     @classmethod
-    def open(cls, table: Table, start: int) -> _History:
+    def open(cls, table: TableReader, start: int) -> _History:
         files = table.files
         assert files is not None
         frame = None
@@ -570,7 +570,7 @@ class _History:
             self.lives.append(life)
 
 
-def _history_objects(table: Table, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
+def _history_objects(table: TableReader, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
     """Key frames and archives beyond ``segcat.history.retain.*`` (none when neither is set)."""
     files = table.files
     assert files is not None
@@ -606,7 +606,9 @@ def _frame_time(files: Any, version: int) -> int:
         return 0
 
 
-def _delete(report: VacuumReport, data_store: ObjectStore, table: Table, progress: Progress | None) -> None:
+def _delete(
+    report: VacuumReport, data_store: ObjectStore, table: TableReader, progress: Progress | None
+) -> None:
     """Delete in batches of ``BATCH`` on a few threads; an absent file counts as already gone."""
     import pyarrow.fs as pafs
 
@@ -697,7 +699,7 @@ def _delete(report: VacuumReport, data_store: ObjectStore, table: Table, progres
     )
 
 
-def _previous_run(table: Table) -> dict[str, Any]:
+def _previous_run(table: TableReader) -> dict[str, Any]:
     """The last run's record (``{}`` when there is none or it is unreadable: start over)."""
     files = table.files
     assert files is not None
@@ -708,7 +710,7 @@ def _previous_run(table: Table) -> dict[str, Any]:
     return raw if isinstance(raw, dict) and isinstance(raw.get("dropped_done_upto", -1), int) else {}
 
 
-def _record(table: Table, report: VacuumReport) -> None:
+def _record(table: TableReader, report: VacuumReport) -> None:
     """``_catalog/_vacuum``: the last run (for ``segcat table describe`` and operators)."""
     files = table.files
     assert files is not None

@@ -1,4 +1,5 @@
-"""Writing a table: commits built from segments, their verdicts, and write intents.
+"""Writing a table (internal; users write through ``segcat.Table``): commits built from
+segments, their verdicts, and write intents.
 
 Every record goes to the table's topic through the one producer pipeline in
 ``segcat.catalog.log.pipeline``.
@@ -6,6 +7,6 @@ Every record goes to the table's topic through the one producer pipeline in
 
 from segcat.catalog.log.pipeline import CommitFuture
 from segcat.catalog.write.intent import WriteIntent
-from segcat.catalog.write.writer import TableWriter
+from segcat.catalog.write.writer import Writer
 
-__all__ = ["CommitFuture", "TableWriter", "WriteIntent"]
+__all__ = ["CommitFuture", "WriteIntent", "Writer"]

@@ -23,7 +23,7 @@ from segcat.catalog.protocol import lifecycle
 from segcat.catalog.protocol.model import Commit, Intent, Operation
 
 if TYPE_CHECKING:
-    from segcat.catalog.write.writer import TableWriter
+    from segcat.catalog.write.writer import Writer
 
 log = logging.getLogger("segcat.writer")
 
@@ -33,7 +33,7 @@ MIN_INTENT_TTL_S = 1.0
 
 
 class WriteIntent:
-    """``with writer.intent("data/day=2024-01-01/") as intent: ...; intent.commit(commit)``.
+    """``with table.intent("data/day=2024-01-01/") as intent: ...; intent.commit(commit)``.
 
     On a table without the ``lifecycle`` feature the intent is inert (nothing is published)
     and ``active`` is False: writing works as before, only without the protection.
@@ -41,7 +41,7 @@ class WriteIntent:
 
     def __init__(
         self,
-        writer: TableWriter,
+        writer: Writer,
         prefix: str,
         ttl_s: float = DEFAULT_INTENT_TTL_S,
         *,

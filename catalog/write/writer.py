@@ -1,4 +1,7 @@
-"""``TableWriter``: produce commits, learn their verdicts by evaluating the rules locally.
+"""``Writer``: produce commits, learn their verdicts by evaluating the rules locally.
+
+Internal: users write through ``segcat.Table`` (``segcat.catalog.client``), which opens one
+``Writer`` on its first write.
 
 Idempotent producer with acks=all; the commit_id is the record key and the idempotency
 key, so a retry after a timeout re-sends the very same record and the rules recognise
@@ -33,7 +36,7 @@ from segcat.catalog.errors import (
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, CommitFuture, CommitPipeline
 from segcat.catalog.log.producer import SharedProducer
-from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.log.topics import TopicAdmin, TopicInfo
 from segcat.catalog.protocol import codec, locations, rules, versions
 from segcat.catalog.protocol.commit_types import id_collection, type_problem
 from segcat.catalog.protocol.expressions import Predicate
@@ -152,7 +155,7 @@ def default_writer_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-class TableWriter:
+class Writer:
     """Publishes commits to one table and returns their versions (or raises why not)."""
 
     def __init__(
@@ -165,6 +168,8 @@ class TableWriter:
         from_keyframe: bool = True,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         producer: SharedProducer | None = None,
+        info: TopicInfo | None = None,
+        store: ObjectStore | None = None,
     ) -> None:
         """Open ``table`` for writing; ``on_applied`` sees every record the writer's image applies
         (on the writer's judge thread, with the image locked: it must not block on the writer).
@@ -173,19 +178,23 @@ class TableWriter:
         (``from_keyframe``), so opening a writer on a long log does not replay it from offset 0.
         ``max_in_flight`` bounds the commits ``submit`` keeps unresolved before it waits.
         Commits go through ``producer`` (default: the one ``config`` shares in this process,
-        ``SharedProducer.acquire``), held while the writer is open.
+        ``SharedProducer.acquire``), held while the writer is open. ``info`` (the topic as a
+        handle described it) and ``store`` (the catalog's object store) spare the writer an admin
+        client and a store of its own; the writer is then bound to the log ``info`` names.
         """
         self.name = table_name(table)
         self.config = config
         self.writer_id = writer_id or default_writer_id()
-        info = TopicAdmin(config).describe(self.name)
+        info = info if info is not None else TopicAdmin(config).describe(self.name)
         self.max_message_bytes = info.max_message_bytes
         self._lock = threading.RLock()
         """Guards the image: held while it changes and while a commit is prejudged and produced."""
         # bound to this topic's log: a key frame or archive of a table that had the name before
         # is never this writer's image (docs/PROTOCOL.md §6, *Which log*)
         files = (
-            TableFiles(ObjectStore.from_config(config), self.name, info.topic_id) if from_keyframe else None
+            TableFiles(store or ObjectStore.from_config(config), self.name, info.topic_id)
+            if from_keyframe
+            else None
         )
         self._follower = Follower.from_keyframe(config, self.name, files, full=True, guard=self._lock)
         self._producer = producer.hold() if producer is not None else SharedProducer.acquire(config)
@@ -212,7 +221,7 @@ class TableWriter:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> TableWriter:
+    def __enter__(self) -> Writer:
         return self
 
     def __exit__(
@@ -486,7 +495,7 @@ class TableWriter:
     def intent(
         self, prefix: str, *, ttl_s: float = DEFAULT_INTENT_TTL_S, intent_id: str | None = None
     ) -> WriteIntent:
-        """A write intent for files written under ``prefix`` (a context manager; see ``producers.intent``).
+        """A write intent for files written under ``prefix`` (a context manager, ``catalog.write.intent``).
 
         Give ``intent_id`` = the commit id the files' footers record (``segcat.commit_id``) and
         vacuum keeps exactly this write's files under the prefix, not every file there."""
