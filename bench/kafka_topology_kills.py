@@ -191,7 +191,7 @@ def controller_events(s: PrivateStack, victim: int, killed_wall: float) -> dict[
 
 def failover_figures(results: list[dict[str, Any]], killed: float) -> dict[str, Any]:
     """The latency spike around the kill and the time until commits were acknowledged again
-    (the definitions of tests/test_kafka_faults.py ``failover_report``), plus throughput before
+    (the definitions of tests/catalog/log/test_kafka_faults.py ``failover_report``), plus throughput before
     and after. ``started``/``ended`` are relative to the writers' release."""
     before_w, after_w = SPIKE_WINDOW_S
     acked = [r for r in results if r["outcome"] in ("ACCEPTED", "REJECTED")]

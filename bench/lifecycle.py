@@ -74,7 +74,7 @@ AGGRESSIVE_CLEANER = {
     "min.cleanable.dirty.ratio": "0.0001",
     "delete.retention.ms": "200",
 }
-"""The topic settings tests/test_log_pruning.py uses so that compaction runs within seconds."""
+"""The topic settings tests/catalog/read/test_log_pruning.py uses so that compaction runs within seconds."""
 RECOVER_FOCUS = (
     *("recover", "find_newest_valid_keyframe", "_read_latest", "read_keyframe", "from_parquet", "verify"),
     *("state", "state_from_keyframe", "decode_segments", "segment_from_avro", "from_keyframe"),

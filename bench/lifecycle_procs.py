@@ -158,7 +158,7 @@ def broker_records(config: Config, table: str, prune_point: int = -1) -> dict[st
 
 
 def alter_topic(config: Config, topic: str, settings: dict[str, str]) -> None:
-    """Incremental ``SET`` of topic configs (as tests/test_log_pruning.py does)."""
+    """Incremental ``SET`` of topic configs (as tests/catalog/read/test_log_pruning.py does)."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     from segcat.catalog.log.clients import admin_config

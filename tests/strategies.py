@@ -55,7 +55,7 @@ INT64_MAX = 2**63 - 1
 
 SAFE_TIMESTAMP_MS = st.integers(1_600_000_000_000, 2_000_000_000_000)
 """Client timestamps from 2020 to 2033. Outside roughly [2004-11, 2038-01] the codec loses a
-millisecond on some values (see tests/test_codec.py, the xfail on timestamp_ms)."""
+millisecond on some values (see tests/catalog/protocol/test_codec.py, the xfail on timestamp_ms)."""
 
 SETTINGS = settings(
     database=None,

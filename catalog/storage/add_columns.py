@@ -5,7 +5,7 @@ current commit layout is parsed here straight into plain lists instead, one fiel
 another exactly as Avro's binary encoding lays them out. Only the layout whose
 segment schema has ``LAYOUT_FINGERPRINT`` is parsed by hand (checked against the codec's
 schema when this module loads); any other layout goes through fastavro and ``from_dicts``.
-tests/test_delta_arrow.py checks both against the codec on random commits.
+tests/catalog/storage/test_delta_arrow.py checks both against the codec on random commits.
 """
 
 from __future__ import annotations

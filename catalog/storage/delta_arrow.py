@@ -5,7 +5,7 @@ Arrow columns, never as ``Segment`` objects, and never their Avro re-encoded. De
 record with fastavro and filling the columns from its dicts skips both: the commit's other
 parts (drops, tombstones, schema, properties, protocol) still become a ``CommitDelta`` (with
 no adds) so they are applied by exactly the code the image uses. The rows built here equal
-``segments_arrow.segments_table`` on the same segments (tests/test_delta_arrow.py proves it).
+``segments_arrow.segments_table`` on the same segments (tests/catalog/storage/test_delta_arrow.py proves it).
 """
 
 from __future__ import annotations
