@@ -22,7 +22,8 @@ PROVIDES: Mapping[str, frozenset[str]] = {
     "materializer": frozenset({"prometheus_client"}),
     "stack": frozenset({"cryptography"}),
 }
-"""The top-level modules each extra installs (tests/packaging/test_packaging.py checks them against pyproject)."""
+"""The top-level modules each extra installs (tests/packaging/test_packaging.py checks them
+against pyproject)."""
 
 
 def install_hint(extras: tuple[str, ...]) -> str:
