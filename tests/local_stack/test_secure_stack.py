@@ -179,7 +179,7 @@ def test_table_administration_without_write_is_not_authorized(secure: SecureStac
     table = Catalog(writer_cfg).create_table(name)
     with load_catalog(writer_cfg).load_table(name) as writer:
         writer.append([segment("kept", "p1")])
-    end = table.log_end()
+    end = table.head_offset()
 
     def refused(*args: str) -> str:
         result = _segcat(secure, "reader", *args)
@@ -187,13 +187,13 @@ def test_table_administration_without_write_is_not_authorized(secure: SecureStac
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: NotAuthorized"), result.stderr
         assert "principal 'reader'" in lines[0] and "nothing was written" in lines[0]
-        assert table.log_end() == end, "a refused administration wrote a record"
+        assert table.head_offset() == end, "a refused administration wrote a record"
         return lines[0]
 
     refused("table", "drop", name)
     assert not table.snapshot().dropped
-    table.drop()
-    end = table.log_end()
+    table.catalog.drop_table(name)
+    end = table.head_offset()
     refused("table", "undrop", name)
     refused("table", "purge", name, "--yes")
     assert table.snapshot(include_dropped=True).dropped

@@ -303,12 +303,18 @@ def test_drops_before_the_newest_key_frame_are_found_on_a_first_vacuum(
 ) -> None:
     """A materializer wrote key frames after the drops: vacuum still replays from before them
     (regression: it started from the newest key frame and missed these drops)."""
-    from tests.materializer_support import materializer_config, running_materializer, wait_for_head
+    from tests.materializer_support import (
+        materializer_config,
+        running_materializer,
+        wait_for_head,
+        wait_until_following,
+    )
 
     mconfig = materializer_config(vconfig, private_redis.url, tmp_path / "w", every=2)
     mconfig = replace(mconfig, warehouse=vconfig.warehouse)
     catalog = Catalog(mconfig)
-    with running_materializer(mconfig, rf"^{vtable.name.topic.replace('.', '[.]')}$"):
+    with running_materializer(mconfig, rf"^{vtable.name.topic.replace('.', '[.]')}$") as service:
+        wait_until_following(service, vtable.name.qualified)  # live: a backlog gets one key frame
         with load_catalog(mconfig).load_table(vtable.name) as writer:
             writer.append([_segment(vtable, "a"), _segment(vtable, "b")])
             writer.compact(["a", "b"], [_segment(vtable, "ab")])
