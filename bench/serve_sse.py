@@ -299,14 +299,11 @@ def _latencies(
     }
 
 
-def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -> Results:
-    """The big SSE scenario again (fewer commits) on a server restarted under cProfile: where the
-    event loop spends its time per delivered event. Its latencies are not the reference (cProfile
-    slows every Python call)."""
-    stats = workdir / "serve.prof"
-    services.stop_server()
-    services.start_server(profile_to=stats)
-    commits = max(10, p.big_commits // 3)
+def _hook_window(
+    services: Services, dump: Path, *, timeout_s: float, poll_s: float, settle_s: float
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Start and stop of a hook in the running server (SIGUSR1, SIGUSR2); stop returns once the
+    hook has written ``dump``, plus ``settle_s`` because the file may still be being written."""
     server = services.server
     assert server is not None
 
@@ -315,12 +312,24 @@ def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -
 
     def stop() -> None:
         server.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 60
-        while not stats.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)  # the dump may still be being written
+        deadline = time.monotonic() + timeout_s
+        while not dump.exists() and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        time.sleep(settle_s)
 
-    measured = sse_scenario(services, table, p.big_clients, commits, p.big_pause_s, p.client, (start, stop))
+    return start, stop
+
+
+def profile_scenario(services: Services, table: str, p: Params, workdir: Path) -> Results:
+    """The big SSE scenario again (fewer commits) on a server restarted under cProfile: where the
+    event loop spends its time per delivered event. Its latencies are not the reference (cProfile
+    slows every Python call)."""
+    stats = workdir / "serve.prof"
+    services.stop_server()
+    services.start_server(profile_to=stats)
+    commits = max(10, p.big_commits // 3)
+    window = _hook_window(services, stats, timeout_s=60, poll_s=0.2, settle_s=1.0)
+    measured = sse_scenario(services, table, p.big_clients, commits, p.big_pause_s, p.client, window)
     services.stop_server()
     events = measured["pairs"]
     prof = runner.profile_file(stats, top=40, focus=PROFILE_FOCUS) if stats.exists() else None
@@ -343,22 +352,10 @@ def gc_scenario(services: Services, table: str, p: Params, workdir: Path) -> Res
     out_file = workdir / "gc.json"
     services.stop_server()
     services.start_server(gc_to=out_file)
-    server = services.server
-    assert server is not None
-
-    def start() -> None:
-        server.send_signal(signal.SIGUSR1)
-
-    def stop() -> None:
-        server.send_signal(signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while not out_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)
-
+    window = _hook_window(services, out_file, timeout_s=30, poll_s=0.1, settle_s=0.5)
     try:
         measured = sse_scenario(
-            services, table, p.big_clients, p.big_commits, p.big_pause_s, p.client, (start, stop)
+            services, table, p.big_clients, p.big_commits, p.big_pause_s, p.client, window
         )
     finally:
         services.stop_server()
