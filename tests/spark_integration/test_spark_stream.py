@@ -21,8 +21,10 @@ from segcat.catalog.log.reader import LogReader
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
+from segcat.spark_integration.read_options import SourceOptions
 from segcat.spark_integration.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
+from segcat.spark_integration.version_follower import VersionFollower
+from segcat.spark_integration.version_stream import VersionStreamReader
 from tests.factories import segment
 from tests.handles import reader_of
 from tests.spark_support import run_to_end, spark

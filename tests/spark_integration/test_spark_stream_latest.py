@@ -24,8 +24,10 @@ from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import CommitConflict
 from segcat.catalog.storage.redis import Head, RedisStore
-from segcat.spark_integration import datasource
-from segcat.spark_integration.datasource import SourceOptions, VersionFollower, VersionStreamReader
+from segcat.spark_integration import version_follower, version_stream
+from segcat.spark_integration.read_options import SourceOptions
+from segcat.spark_integration.version_follower import VersionFollower
+from segcat.spark_integration.version_stream import VersionStreamReader
 from tests.factories import segment
 from tests.handles import reader_of
 from tests.materializer_support import PrivateRedis, free_port, namespace, running_materializer, wait_for_head
@@ -165,7 +167,7 @@ def test_a_redis_head_behind_the_log_skips_nothing(
         assert drain(reader, end) == (end, [])
         assert ends.calls == 2
         # a head beyond the log's end: cut to the log's end, one warning
-        monkeypatch.setattr(datasource, "HINT_WAIT_S", 0.2)
+        monkeypatch.setattr(version_follower, "HINT_WAIT_S", 0.2)
         more = appends(mconfig, name, 1)
         store.advance_head(name, Head(more[0], None, None, 1, 1000, 1, -1, more[0] + 50, log_id))
         with caplog.at_level(logging.WARNING, logger="segcat.spark.stream"):
@@ -238,7 +240,7 @@ def test_only_one_partition_batches_go_with_the_plan(
     """A batch of more than ``ROWS_PER_PARTITION`` versions is split over tasks that ``read`` it."""
     catalog.create_table(table_name)
     versions = appends(config, table_name, 3)
-    monkeypatch.setattr(datasource, "ROWS_PER_PARTITION", 2)
+    monkeypatch.setattr(version_stream, "ROWS_PER_PARTITION", 2)
     reader = planner(config, table_name, latestFrom="kafka")
     try:
         parts = reader.partitions({"version": -1}, {"version": versions[-1]})

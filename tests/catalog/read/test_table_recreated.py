@@ -311,7 +311,7 @@ def test_unclaimed_flat_objects_of_another_log_are_found_foreign(mconfig: Config
 def test_the_spark_sources_planner_never_follows_the_old_tables_objects(mconfig: Config) -> None:
     """The streaming source's planner starts from key frames and archives: bound to the topic's log,
     it lists the new table's versions only (before: the old table's archived versions 0..6)."""
-    from segcat.spark_integration.datasource import VersionFollower
+    from segcat.spark_integration.version_follower import VersionFollower
 
     ns, _ = namespace()
     table = f"{ns}.t"
