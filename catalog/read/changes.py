@@ -408,11 +408,19 @@ def _predicate(text: str) -> Predicate:
         ) from None
 
 
-def check_predicates(reads: Iterable[FileRead]) -> None:
-    """``UnsupportedPredicate`` now for a tombstone no Arrow reader can apply (before any row is read)."""
+def check_predicates(reads: Iterable[FileRead], schema: pa.Schema) -> None:
+    """``UnsupportedPredicate`` now for a tombstone no Arrow reader can apply to ``reads`` read
+    with ``schema`` (before any row is read): each is evaluated once on no rows, with the columns
+    each file recorded (a file without a recorded schema: all of them)."""
+    empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+    seen: set[tuple[str, tuple[str, ...] | None]] = set()
     for read in reads:
+        recorded = spark_types.parse_schema(read.file_schema)
+        present = None if recorded is None else tuple(sorted(f["name"] for f in recorded["fields"]))
         for text in (*read.exclude, *(() if read.include is None else (read.include,))):
-            _predicate(text)
+            if (text, present) not in seen:
+                seen.add((text, present))
+                matches(_predicate(text), empty, present)
 
 
 def read_rows(

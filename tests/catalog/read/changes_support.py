@@ -36,9 +36,15 @@ def write_segments(
         },
         schema=SCHEMA,
     )
-    spec = FileSpec(
-        root=table.location(), key_columns=("p",) if partitioned else (), schema_json=SPARK_SCHEMA
-    )
+    return write_table(table, data, SPARK_SCHEMA, partitioned=partitioned)
+
+
+def write_table(
+    table: Table, data: pa.Table, schema_json: str, *, partitioned: bool = False
+) -> list[Segment]:
+    """``data`` as segment files recording ``schema_json`` (Spark's JSON of their columns)."""
+    keys = ("p",) if partitioned else ()
+    spec = FileSpec(root=table.location(), key_columns=keys, schema_json=schema_json)
     out: list[Segment] = []
     for batch in write_files(iter(data.to_batches()), spec):
         for text in batch.column("segment").to_pylist():
