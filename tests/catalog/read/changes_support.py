@@ -44,7 +44,14 @@ def write_table(
 ) -> list[Segment]:
     """``data`` as segment files recording ``schema_json`` (Spark's JSON of their columns)."""
     keys = ("p",) if partitioned else ()
-    spec = FileSpec(root=table.location(), key_columns=keys, schema_json=schema_json)
+    config = table.catalog.config
+    spec = FileSpec(
+        root=table.location(),
+        s3_endpoint=config.s3_endpoint,
+        s3_region=config.s3_region,
+        key_columns=keys,
+        schema_json=schema_json,
+    )
     out: list[Segment] = []
     for batch in write_files(iter(data.to_batches()), spec):
         for text in batch.column("segment").to_pylist():

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from segcat import DataFileMissing, InvalidArgument, Table, UnsupportedPredicate, VersionNotFound
+from segcat import (
+    Catalog,
+    Config,
+    DataFileMissing,
+    InvalidArgument,
+    Table,
+    UnsupportedPredicate,
+    VersionNotFound,
+)
+from tests.s3_server import S3Server, s3_server
 
 from .changes_support import write_segments
+
+__all__ = ["s3_server"]
 
 
 def _rows(table: Table, start: int, end: int | None = None) -> list[tuple[object, ...]]:
@@ -87,3 +99,15 @@ def test_columns_and_lease(table: Table) -> None:
     assert sorted(data.column("x").to_pylist(), key=repr) == [1.0, None]
     assert data.column("_commit_timestamp").type == pa.timestamp("us", tz="UTC")
     assert feed.lease is not None and not feed.lease.held
+
+
+def test_feed_on_s3(config: Config, s3_server: S3Server) -> None:
+    """Files on ``s3://`` are read through the object store's filesystem, tombstones applied."""
+    with (
+        Catalog(s3_server.config(config)) as catalog,
+        catalog.create_table(f"test.changes_s3_{uuid.uuid4().hex[:8]}") as table,
+    ):
+        assert table.location().startswith("s3://")
+        v = table.append(write_segments(table, [(1, "a", 1.0), (2, "a", None)]))
+        table.delete(predicates=["x IS NULL"])
+        assert _rows(table, v) == sorted([(1, "insert", v), (2, "insert", v), (2, "delete", v + 1)], key=repr)
