@@ -178,7 +178,10 @@ class _Evaluator:
             return self._constant(None)
         kind = self._kind(column, values)
         result = self._constant(False)
-        args = in_operands(kind, literals, self.semantics, column)
+        if kind is ColumnType.FLOAT:  # every value compared as a double (Spark's common type)
+            args: list[Operand | None] = [self._operand(kind, v, column, values) for v in literals]
+        else:
+            args = in_operands(kind, literals, self.semantics, column)
         for arg, value in zip(args, literals, strict=True):
             if arg is None:
                 raise _unsupported(column, values.type, value)

@@ -129,7 +129,7 @@ def _rows(draw: st.DrawFn) -> pa.Table:
 
 
 @settings(
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
