@@ -363,7 +363,7 @@ def reads_schema(reads: Iterable[FileRead], config: Config) -> pa.Schema:
         if key in sources:
             continue
         if parsed is None:
-            footer = _open(read, config).schema_arrow
+            footer = file_schema(_open(read, config))
             try:
                 parsed = spark_types.schema_from_arrow(footer)
             except spark_types.UnknownType as exc:
@@ -395,6 +395,25 @@ def _open(read: FileRead, config: Config) -> pq.ParquetFile:
         raise IncompatibleSchema(
             f"{read.uri} (version {read.added_version}) is not a readable Parquet file: {exc}"
         ) from None
+
+
+def file_schema(parquet: pq.ParquetFile) -> pa.Schema:
+    """The columns of a Parquet file as Spark reads them: an INT96 timestamp (Spark's legacy
+    encoding, which pyarrow reads without a zone) is Spark's TIMESTAMP, an instant."""
+    schema = parquet.schema_arrow
+    for name in _int96_columns(parquet):
+        index = schema.get_field_index(name)
+        schema = schema.set(index, schema.field(index).with_type(pa.timestamp("us", tz="UTC")))
+    return schema
+
+
+def _int96_columns(parquet: pq.ParquetFile) -> list[str]:
+    columns = parquet.schema
+    return [
+        columns.column(i).name
+        for i in range(len(columns))
+        if columns.column(i).physical_type == "INT96" and "." not in columns.column(i).path
+    ]
 
 
 @lru_cache(maxsize=1024)
@@ -436,10 +455,17 @@ def read_rows(
     excludes = [_predicate(t) for t in read.exclude]
     include = None if read.include is None else _predicate(read.include)
     parquet = _open(read, config)
+    instants = _int96_columns(parquet)
     file_columns = {name.lower(): name for name in reversed(parquet.schema_arrow.names)}
     wanted = [file_columns[f.name.lower()] for f in schema if f.name.lower() in file_columns]
     present = [f.name for f in schema if f.name.lower() in file_columns]
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted or None, use_threads=False):
+        for name in instants:
+            index = batch.schema.get_field_index(name)
+            if index >= 0:
+                batch = batch.set_column(
+                    index, name, pc.cast(batch.column(index), pa.timestamp("us", tz="UTC"))
+                )
         rows = conform(batch, schema, read)
         keep: np.ndarray | None = None
         if include is not None:

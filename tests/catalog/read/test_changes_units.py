@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from segcat import Config
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Commit, Operation, Segment, Tombstone
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.changes import ChangeTracker, FileRead, VersionKind, classify, merged_schema
+from segcat.catalog.read.changes import (
+    ChangeTracker,
+    FileRead,
+    VersionKind,
+    classify,
+    merged_schema,
+    read_rows,
+    reads_schema,
+)
 
 from .changes_support import SPARK_SCHEMA
 
@@ -85,3 +99,19 @@ def test_merged_schema_widens_and_names_conflicts() -> None:
 
     with pytest.raises(IncompatibleSchema, match=r"'k' is int in /a \(version 0\) and string in /b"):
         merged_schema([("/a", 0, narrow), ("/b", 1, text)])
+
+
+def test_int96_timestamps_read_as_instants(tmp_path: Path, config: Config) -> None:
+    """Spark's legacy INT96 timestamps are TIMESTAMP (instants), though pyarrow reads them zoneless."""
+    at = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
+    path = tmp_path / "legacy.parquet"
+    pq.write_table(
+        pa.table({"ts": pa.array([at, None], pa.timestamp("us", tz="UTC"))}),
+        path,
+        use_deprecated_int96_timestamps=True,
+    )
+    read = FileRead(str(path), 2, path.stat().st_size, 0, None, ("ts < TIMESTAMP '2024-01-01 12:00:00'",))
+    schema = reads_schema([read], config)
+    assert schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    rows = pa.Table.from_batches(list(read_rows(read, schema, config)))
+    assert rows.column("ts").to_pylist() == [at, None]
