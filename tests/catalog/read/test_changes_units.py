@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from segcat import Config
+from segcat import Config, DataFileMissing, IncompatibleSchema
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Commit, Operation, Segment, Tombstone
 from segcat.catalog.protocol.state import TableState
@@ -17,6 +18,7 @@ from segcat.catalog.read.changes import (
     ChangeTracker,
     FileRead,
     VersionKind,
+    arrow_schema,
     classify,
     merged_schema,
     read_rows,
@@ -95,8 +97,6 @@ def test_merged_schema_widens_and_names_conflicts() -> None:
     wide = merged_schema([("/a", 0, narrow), ("/b", 1, SPARK_SCHEMA)])
     assert wide is not None and '"long"' in wide and '"p"' in wide
     assert merged_schema([("/a", 0, narrow), ("/c", 2, None)]) is None
-    from segcat import IncompatibleSchema
-
     with pytest.raises(IncompatibleSchema, match=r"'k' is int in /a \(version 0\) and string in /b"):
         merged_schema([("/a", 0, narrow), ("/b", 1, text)])
 
@@ -115,3 +115,55 @@ def test_int96_timestamps_read_as_instants(tmp_path: Path, config: Config) -> No
     assert schema.field("ts").type == pa.timestamp("us", tz="UTC")
     rows = pa.Table.from_batches(list(read_rows(read, schema, config)))
     assert rows.column("ts").to_pylist() == [at, None]
+
+
+def test_arrow_schema_is_sparks_mapping() -> None:
+    schema = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "i", "type": "integer", "nullable": False, "metadata": {}},
+                {"name": "d", "type": "decimal(12,3)", "nullable": True, "metadata": {}},
+                {"name": "t", "type": "timestamp", "nullable": True, "metadata": {}},
+                {"name": "n", "type": "timestamp_ntz", "nullable": True, "metadata": {}},
+                {
+                    "name": "s",
+                    "type": {"type": "struct", "fields": [{"name": "a", "type": "string", "nullable": True}]},
+                    "nullable": True,
+                    "metadata": {},
+                },
+                {
+                    "name": "l",
+                    "type": {"type": "array", "elementType": "long", "containsNull": True},
+                    "nullable": True,
+                },
+            ],
+        }
+    )
+    arrow = arrow_schema(schema)
+    assert [str(f.type) for f in arrow] == [
+        "int32",
+        "decimal128(12, 3)",
+        "timestamp[us, tz=UTC]",
+        "timestamp[us]",
+        "struct<a: string>",
+        "list<element: int64>",
+    ]
+    assert not arrow.field("i").nullable
+    with pytest.raises(IncompatibleSchema, match="interval"):
+        arrow_schema('{"type":"struct","fields":[{"name":"x","type":"interval","nullable":true}]}')
+
+
+def test_read_rows_widens_and_refuses_by_name(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "narrow.parquet"
+    pq.write_table(
+        pa.table({"K": pa.array([1, None], pa.int32()), "x": pa.array([1.5, 2.5], pa.float32())}), path
+    )
+    read = FileRead(str(path), 2, 0, 7, None)
+    table = pa.schema([("k", pa.int64()), ("x", pa.float64()), ("z", pa.string())])
+    rows = pa.Table.from_batches(list(read_rows(read, table, config)))
+    assert rows.to_pylist() == [{"k": 1, "x": 1.5, "z": None}, {"k": None, "x": 2.5, "z": None}]
+    with pytest.raises(IncompatibleSchema, match=r"'x' is float in .*narrow.parquet \(version 7\)"):
+        list(read_rows(read, pa.schema([("x", pa.string())]), config))
+    with pytest.raises(DataFileMissing, match=r"gone\.parquet"):
+        list(read_rows(FileRead(str(tmp_path / "gone.parquet"), 1, 0, 3, None), table, config))
