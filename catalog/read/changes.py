@@ -493,6 +493,8 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, read: FileRead) -> pa.Reco
 def _widened(values: pa.Array, field: pa.Field, read: FileRead) -> pa.Array:
     if values.type.equals(field.type):
         return values
+    if pa.types.is_struct(values.type) and pa.types.is_struct(field.type):
+        return _struct(values, field, read)
     try:
         source = spark_types.from_arrow(values.type)
         target = spark_types.from_arrow(field.type)
@@ -508,6 +510,23 @@ def _widened(values: pa.Array, field: pa.Field, read: FileRead) -> pa.Array:
         f"column {field.name!r} is {values.type} in {read.uri} (version {read.added_version}) and "
         f'{field.type} in the table; no reader widens one to the other (docs/PROTOCOL.md §4a, "Schemas")'
     )
+
+
+def _struct(values: pa.StructArray, field: pa.Field, read: FileRead) -> pa.Array:
+    """A struct by field, as Spark reads it: fields matched by name, missing ones null, each widened."""
+    target = field.type
+    by_name = {values.type.field(i).name.lower(): i for i in reversed(range(values.type.num_fields))}
+    children = []
+    for k in range(target.num_fields):
+        child = target.field(k)
+        index = by_name.get(child.name.lower())
+        if index is None:
+            children.append(pa.nulls(len(values), child.type))
+        else:
+            inner = values.field(index)  # the child without the parent's validity
+            children.append(_widened(inner, child.with_name(f"{field.name}.{child.name}"), read))
+    fields = [target.field(k) for k in range(target.num_fields)]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
 
 
 def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:

@@ -167,3 +167,13 @@ def test_read_rows_widens_and_refuses_by_name(tmp_path: Path, config: Config) ->
         list(read_rows(read, pa.schema([("x", pa.string())]), config))
     with pytest.raises(DataFileMissing, match=r"gone\.parquet"):
         list(read_rows(FileRead(str(tmp_path / "gone.parquet"), 1, 0, 3, None), table, config))
+
+
+def test_structs_widen_by_field(tmp_path: Path, config: Config) -> None:
+    path = tmp_path / "nested.parquet"
+    values = pa.array([{"a": 1}, None, {"a": None}], pa.struct([("a", pa.int32())]))
+    pq.write_table(pa.table({"s": values}), path)
+    read = FileRead(str(path), 3, 0, 0, None)
+    wide = pa.schema([("s", pa.struct([("a", pa.int64()), ("b", pa.string())]))])
+    rows = pa.Table.from_batches(list(read_rows(read, wide, config)))
+    assert rows.column("s").to_pylist() == [{"a": 1, "b": None}, None, {"a": None, "b": None}]
