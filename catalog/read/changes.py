@@ -24,6 +24,7 @@ source and change feed (``spark_integration``) read through these same functions
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -228,23 +229,33 @@ class ChangeTracker:
                 raise TypeError("ChangeTracker needs resolve= or root= for a table without a location")
             resolve = resolver(base, lambda: self.state.properties)
         self._resolve = resolve
-        self._schemas: dict[str, int] = {}
-        """Recorded schema JSON → how many live segments carry it (None counted under "")."""
-        for live in self.state.segments.values():
-            self._count(live.segment.schema, 1)
+        self._schemas: dict[str, list[tuple[int, str]]] = {}
+        """Recorded schema JSON ("" for none) → a heap of (added version, segment id) of the live
+        segments carrying it (dropped ones leave lazily): the oldest file of each, cheaply."""
+        self._merged: tuple[tuple[tuple[str, int, str], ...], str | None] | None = None
+        for sid, live in self.state.segments.items():
+            self._add_schema(sid, live)
 
     @property
     def version(self) -> int:
         """The last version observed (the start's, before any)."""
         return self.state.version
 
-    def _count(self, schema: str | None, step: int) -> None:
-        key = "" if schema is None else schema
-        left = self._schemas.get(key, 0) + step
-        if left:
-            self._schemas[key] = left
-        else:
-            self._schemas.pop(key, None)
+    def _add_schema(self, sid: str, live: LiveSegment) -> None:
+        heapq.heappush(self._schemas.setdefault(live.segment.schema or "", []), (live.added_version, sid))
+
+    def _oldest(self) -> list[tuple[str, int, str]]:
+        """(segment id, added version, schema) of the oldest live segment of each recorded schema."""
+        out = []
+        for raw in list(self._schemas):
+            heap = self._schemas[raw]
+            while heap and heap[0][1] not in self.state.segments:
+                heapq.heappop(heap)
+            if not heap:
+                del self._schemas[raw]
+                continue
+            out.append((heap[0][1], heap[0][0], raw))
+        return out
 
     def observe(self, delta: CommitDelta) -> VersionFiles:
         """The rows ``delta`` (the next accepted version) inserts and deletes; then apply it."""
@@ -272,11 +283,9 @@ class ChangeTracker:
                     uri = self._resolve(live.segment.path)
                     for k, predicate in enumerate(new):
                         deleted.append(_file_read(live, uri, (*earlier, *new[:k]), predicate))
-        for sid in commit.drops:
-            self._count(self.state.segments[sid].segment.schema, -1)
         self.state.apply(delta)
         for segment in commit.adds:
-            self._count(segment.schema, 1)
+            self._add_schema(segment.segment_id, self.state.segments[segment.segment_id])
         inserted = tuple(
             _file_read(LiveSegment(s, delta.version), self._resolve(s.path), ()) for s in commit.adds
         )
@@ -295,15 +304,17 @@ class ChangeTracker:
         return snapshot_reads(self.state, self._resolve)
 
     def schema(self) -> str | None:
-        """The table schema of the live files now (``VersionFiles.schema``)."""
-        if not self._schemas or "" in self._schemas:
+        """The table schema of the live files now (``VersionFiles.schema``): their recorded
+        schemas merged, oldest first (as ``si.read`` orders them); None if one records none."""
+        found = [
+            (self._resolve(self.state.segments[sid].segment.path), v, raw) for sid, v, raw in self._oldest()
+        ]
+        oldest = tuple(sorted(found, key=lambda item: (item[1], item[0])))
+        if not oldest or any(raw == "" for _, _, raw in oldest):
             return None
-        oldest: dict[str, int] = {}
-        for live in self.state.segments.values():
-            raw = live.segment.schema
-            if raw is not None and (raw not in oldest or live.added_version < oldest[raw]):
-                oldest[raw] = live.added_version
-        return merged_schema((raw, version, raw) for raw, version in oldest.items())
+        if self._merged is None or self._merged[0] != oldest:
+            self._merged = (oldest, merged_schema(oldest))
+        return self._merged[1]
 
 
 # ---------------------------------------------------------------------------- schemas
