@@ -150,6 +150,8 @@ def test_arrow_schema_is_sparks_mapping() -> None:
         "list<element: int64>",
     ]
     assert not arrow.field("i").nullable
+    varchar = '{"type":"struct","fields":[{"name":"v","type":"varchar(5)","nullable":true}]}'
+    assert arrow_schema(varchar).field("v").type == pa.string()
     with pytest.raises(IncompatibleSchema, match="interval"):
         arrow_schema('{"type":"struct","fields":[{"name":"x","type":"interval","nullable":true}]}')
 
