@@ -171,6 +171,12 @@ class IncompatibleSchema(SegcatError, ValueError):
     """
 
 
+class CheckpointConflict(SegcatError):
+    """A streaming query runs a batch its checkpoint has not finished while the table already
+    holds a *later* batch of the same query (a checkpoint restored from an older copy, or shared
+    by two queries): committing it would add rows a second time, so the sink refuses."""
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 

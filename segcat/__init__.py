@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from segcat.catalog.errors import (
     ArchiveGap,
+    CheckpointConflict,
     ColumnTypeConflict,
     CommitConflict,
     CommitTooLarge,
@@ -126,6 +127,7 @@ __all__ = [
     "ArchiveGap",
     "BloomFilter",
     "Catalog",
+    "CheckpointConflict",
     "ColumnStats",
     "ColumnType",
     "ColumnTypeConflict",

@@ -66,6 +66,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     InputPartition,
     SimpleDataSourceStreamReader,
 )
@@ -108,6 +109,7 @@ from segcat.spark_integration.options import (
     is_service_option,
     lower_keys,
 )
+from segcat.spark_integration.stream_sink import stream_writer
 
 VERSIONS_SCHEMA = (
     "table STRING, version BIGINT, prev_version BIGINT, timestamp TIMESTAMP, commit_id STRING, "
@@ -435,6 +437,10 @@ class SegcatDataSource(DataSource):
                 "a stream of the segcat source emits versions; drop versionAsOf/timestampAsOf"
             )
         return VersionStreamReader(self._parsed)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``writeStream.format("segcat")``: one commit per micro-batch, exactly once (``stream_sink``)."""
+        return stream_writer(self.options, schema, overwrite)
 
 
 class VersionRows(InputPartition):
