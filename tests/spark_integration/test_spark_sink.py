@@ -130,6 +130,12 @@ def test_typed_refusals(spark: SparkSession, config: Config, table: Table, tmp_p
     assert "IncompatibleSchema" in message and "'id'" in message
     message = refusal(input_stream(spark, other), "test.no_such_table_here", tmp_path / "c2")
     assert "TableNotFound" in message
-    message = refusal(input_stream(spark, other), name, None)
+    # Spark refuses a query with no checkpoint at all; with only the session's default location,
+    # the sink refuses (a query without a name gets a new identity at every start there)
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default"))
+    try:
+        message = refusal(input_stream(spark, other), name, None)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert "InvalidArgument" in message and "checkpointLocation" in message
     assert ids(spark, config, name) == [1]
