@@ -229,6 +229,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (ConfigError, EXIT_INVALID),
     (CommitConflict, EXIT_CONFLICT),
     (PurgeStopped, EXIT_CONFLICT),
+    (CheckpointConflict, EXIT_CONFLICT),
     (TableAlreadyExists, EXIT_CONFLICT),
     (TableNotFound, EXIT_NOT_FOUND),
     (TableDropped, EXIT_NOT_FOUND),
