@@ -333,6 +333,7 @@ class SegcatStreamWriter(DataSourceStreamArrowWriter):
         queries = {m.query_id for m in messages if isinstance(m, FilesWritten) and m.segments}
         for query in queries:
             table = _handle(self.options)
+            table.refresh()
             intent = table.intent(
                 INTENT_PREFIX,
                 intent_id=batch_commit_id(self.spec.table or self.options.table, query, batchId),
@@ -358,9 +359,9 @@ class BatchCommitter:
     def publish(self, query: str, batch: int, segments: Sequence[Segment], *, overwrite: bool) -> int:
         """The version of the batch's commit: a new one, or the one an earlier run published."""
         commit_id = batch_commit_id(self.qualified, query, batch)
+        state = self.table.refresh()
         intent = self.table.intent(INTENT_PREFIX, intent_id=commit_id)
         intent.adopt()
-        state = self.table.refresh()
         done = self.committed_version(state, query, batch)
         if done is not None:
             intent.abort()  # the run again opened it for files nobody will add

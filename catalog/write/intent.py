@@ -98,8 +98,9 @@ class WriteIntent:
     def adopt(self) -> bool:
         """Take over an intent with this id that another process opened (a Spark task of a
         streaming sink): nothing is published; ``commit`` and ``abort`` then close it. Whether the
-        table has intents at all (False: the intent is inert, as ``open`` would leave it)."""
-        self.active = lifecycle.has_feature(self.writer.refresh().protocol)
+        table has intents at all, by the writer's image as of its last refresh (False: the intent
+        is inert, as ``open`` would leave it)."""
+        self.active = lifecycle.has_feature(self.writer.state.protocol)
         return self.active
 
     def hand_over(self) -> None:
