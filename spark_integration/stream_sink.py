@@ -175,19 +175,10 @@ class SinkOptions:
 
 
 def _partition_columns(opts: Mapping[str, str]) -> tuple[str, ...]:
-    """``.option("partitionBy", "a,b")``, or what ``writeStream.partitionBy`` passes (a JSON list)."""
-    raw = opts.get("partitionby")
-    if raw:
-        return tuple(c.strip() for c in raw.split(",") if c.strip())
-    spark_given = opts.get("__partition_columns")
-    if spark_given:
-        try:
-            parsed = json.loads(spark_given)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, list) and all(isinstance(c, str) for c in parsed):
-            return tuple(parsed)
-    return ()
+    """``.option("partitionBy", "a,b")``. Spark hands a Python data source nothing of
+    ``writeStream.partitionBy(...)`` (pyspark 4.3), so the option is the only way to say it."""
+    raw = opts.get("partitionby") or ""
+    return tuple(c.strip() for c in raw.split(",") if c.strip())
 
 
 # ---------------------------------------------------------------------------- table handles

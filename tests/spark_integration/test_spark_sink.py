@@ -5,6 +5,7 @@
   (its checkpoint's commit entry deleted, as a crash before Spark's checkpoint leaves it) is a
   duplicate, not a second copy;
 - ``complete`` mode replaces the table at every batch;
+- ``partitionBy`` / ``bloomColumn`` options write as ``si.write`` does;
 - typed refusals: no such table, a schema that does not fit, no checkpoint location.
 
 The kill tests (a real ``kill -9`` of a Spark application between a batch's files and its
@@ -49,11 +50,14 @@ def input_stream(spark: SparkSession, directory: Path, schema: str = SCHEMA) -> 
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(directory))
 
 
-def sink(df: DataFrame, config: Config, checkpoint: Path, table: str, mode: str = "append") -> None:
+def sink(
+    df: DataFrame, config: Config, checkpoint: Path, table: str, mode: str = "append", **options: str
+) -> None:
     run_to_end(
         lambda: (
             df.writeStream.format("segcat")
             .options(**source_options(config))
+            .options(**options)
             .option("checkpointLocation", str(checkpoint))
             .outputMode(mode)
             .trigger(availableNow=True)
@@ -112,7 +116,11 @@ def test_typed_refusals(spark: SparkSession, config: Config, table: Table, tmp_p
     name = table.name.qualified
     inputs = tmp_path / "in"
     write_inputs(inputs, [[1]])
-    sink(input_stream(spark, inputs), config, tmp_path / "ckpt", name)
+    sink(input_stream(spark, inputs), config, tmp_path / "ckpt", name, partitionBy="name", bloomColumn="id")
+    (written,) = table.snapshot().segment_list()
+    assert (
+        written.partition == "n1" and written.path.startswith("data/name=n1/") and written.bloom is not None
+    )
 
     def refusal(df: DataFrame, target: str, checkpoint: Path | None) -> str:
         writer = df.writeStream.format("segcat").options(**source_options(config))
