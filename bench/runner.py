@@ -54,6 +54,7 @@ BENCH_MODULES = (
     "bench.serve",
     "bench.kafka_topology",
     "bench.pruning",
+    "bench.stream_sink",
 )
 
 

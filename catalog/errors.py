@@ -186,6 +186,12 @@ class DataFileMissing(SegcatError):
     """
 
 
+class CheckpointConflict(SegcatError):
+    """A streaming query runs a batch its checkpoint has not finished while the table already
+    holds a *later* batch of the same query (a checkpoint restored from an older copy, or shared
+    by two queries): committing it would add rows a second time, so the sink refuses."""
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -238,6 +244,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (ConfigError, EXIT_INVALID),
     (CommitConflict, EXIT_CONFLICT),
     (PurgeStopped, EXIT_CONFLICT),
+    (CheckpointConflict, EXIT_CONFLICT),
     (TableAlreadyExists, EXIT_CONFLICT),
     (TableNotFound, EXIT_NOT_FOUND),
     (TableDropped, EXIT_NOT_FOUND),

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from segcat.catalog.errors import (
     ArchiveGap,
+    CheckpointConflict,
     ColumnTypeConflict,
     CommitConflict,
     CommitTooLarge,
@@ -135,6 +136,7 @@ __all__ = [
     "BloomFilter",
     "Catalog",
     "ChangeFeed",
+    "CheckpointConflict",
     "ColumnStats",
     "ColumnType",
     "ColumnTypeConflict",

@@ -6,6 +6,8 @@ the options, not the caller, choose the view:
 - ``view=versions``: one row per accepted version, as a stream (``version_stream``) or the
   history as a batch (``version_batch``);
 - ``view=segments`` (or ``versionAsOf`` / ``timestampAsOf``): one snapshot's segments.
+
+Written as a stream (``writeStream.format("segcat")``), it is the exactly-once sink (``stream_sink``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
 )
 from pyspark.sql.types import StructType
 
 from segcat import InvalidArgument
 from segcat.spark_integration.read_options import SourceOptions
+from segcat.spark_integration.stream_sink import stream_writer
 from segcat.spark_integration.version_batch import SEGMENTS_SCHEMA, HistoryReader, SegmentsReader
 from segcat.spark_integration.version_follower import VERSIONS_SCHEMA
 from segcat.spark_integration.version_stream import VersionStreamReader
@@ -51,3 +55,7 @@ class SegcatDataSource(DataSource):
                 "a stream of the segcat source emits versions; drop versionAsOf/timestampAsOf"
             )
         return VersionStreamReader(self._parsed)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``writeStream.format("segcat")``: one commit per micro-batch, exactly once (``stream_sink``)."""
+        return stream_writer(self.options, schema, overwrite)

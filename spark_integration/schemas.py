@@ -183,6 +183,13 @@ def check_append(
     instead of leaving a table no reader can read. Files without a recorded schema are left to
     the read (their footers are not read here)."""
     case_sensitive = str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    check_append_schema(files, schema, case_sensitive)
+
+
+def check_append_schema(
+    files: Iterable[tuple[str, int, str | None]], schema: StructType, case_sensitive: bool = False
+) -> None:
+    """``check_append`` where no session is at hand (a streaming sink's planner process)."""
     sources: dict[str, Source] = {}
     for uri, version, raw in sorted(files, key=lambda f: (f[1], f[0])):
         if raw is None or raw in sources:

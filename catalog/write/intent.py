@@ -95,6 +95,24 @@ class WriteIntent:
         self._thread.start()
         return self.version
 
+    def adopt(self) -> bool:
+        """Take over an intent with this id that another process opened (a Spark task of a
+        streaming sink): nothing is published; ``commit`` and ``abort`` then close it. Whether the
+        table has intents at all, by the writer's image as of its last refresh (False: the intent
+        is inert, as ``open`` would leave it)."""
+        self.active = lifecycle.has_feature(self.writer.state.protocol)
+        return self.active
+
+    def hand_over(self) -> None:
+        """Stop renewing and leave the intent open, for another process to close with its commit
+        (``adopt``); it expires after its TTL if nobody does. The writer forgets it, so closing the
+        writer does not abort it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.closed = True
+        self.writer.forget_intent(self)
+
     def closing(self, commit: Commit) -> Commit:
         """``commit`` carrying this intent, so that accepting it closes the intent."""
         if not self.active:

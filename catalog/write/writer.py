@@ -503,6 +503,11 @@ class Writer:
         self._intents.append(intent)
         return intent
 
+    def forget_intent(self, intent: WriteIntent) -> None:
+        """No longer abort ``intent`` on close (it was handed over: ``WriteIntent.hand_over``)."""
+        if intent in self._intents:
+            self._intents.remove(intent)
+
     def set_properties(self, changes: Mapping[str, str | None]) -> int:
         return self.commit(self.new_commit(Operation.SET_PROPERTIES, table_properties=changes))
 
