@@ -92,7 +92,9 @@ def plan_partitions(versions: Sequence[VersionFiles], horizon: int) -> list[Chan
                 close()
             deleted = read in vf.deleted
             current.append(
-                dataclasses.replace(vf, inserted=() if deleted else (read,), deleted=(read,) if deleted else ())
+                dataclasses.replace(
+                    vf, inserted=() if deleted else (read,), deleted=(read,) if deleted else ()
+                )
             )
             files += 1
             size += read.size_bytes
@@ -124,7 +126,9 @@ def read_partition(
                         f"version {vf.version} of {options.table}: {exc}. Set failOnDataLoss=false to skip "
                         "files that are gone (their rows are then missing from the feed)"
                     ) from None
-                log.warning("change feed of %s: skipping a file (failOnDataLoss=false): %s", options.table, exc)
+                log.warning(
+                    "change feed of %s: skipping a file (failOnDataLoss=false): %s", options.table, exc
+                )
     finally:
         if lease is not None:
             lease.release()

@@ -116,9 +116,7 @@ class ChangeFollower:
 
     def judged_after(self, after: int, upto: int | None = None) -> list[VersionFiles]:
         """The versions in (``after``, ``upto``] judged so far, without reading anything."""
-        return [
-            vf for v, vf in sorted(self._files.items()) if v > after and (upto is None or v <= upto)
-        ]
+        return [vf for v, vf in sorted(self._files.items()) if v > after and (upto is None or v <= upto)]
 
     def snapshot(self, version: int) -> tuple[int, tuple[FileRead, ...], str | None]:
         """(broker time, live files in a fixed order, table schema) of ``version``: the initial
@@ -141,7 +139,9 @@ class ChangeFollower:
     def expired(self, after: int, cause: LogPruned, option_hint: str) -> VersionExpired:
         """The typed error of a position the log and its archives no longer reach."""
         oldest = self.oldest_readable()
-        where = f"the oldest readable version is {oldest}" if oldest is not None else "no older version is kept"
+        where = (
+            f"the oldest readable version is {oldest}" if oldest is not None else "no older version is kept"
+        )
         return VersionExpired(
             f"the change feed of {self._name} cannot resume after version {after}: the versions after "
             f"it were pruned or vacuumed away ({where}); {option_hint} ({cause})",
@@ -160,7 +160,9 @@ class ChangeFollower:
         self._snapshots = {}
 
 
-def snapshot_version(version: int, timestamp_ms: int, reads: Sequence[FileRead], schema: str | None) -> VersionFiles:
+def snapshot_version(
+    version: int, timestamp_ms: int, reads: Sequence[FileRead], schema: str | None
+) -> VersionFiles:
     """The initial snapshot (or a slice of it) as a version of inserts at ``version``."""
     return VersionFiles(
         version, timestamp_ms, SNAPSHOT_OPERATION, VersionKind.APPEND, tuple(reads), (), schema

@@ -20,7 +20,18 @@ DEFAULT_MAX_FILES = 1000
 
 NOT_FOR_THE_FEED = ("view", "versionAsOf", "timestampAsOf", "maxVersionsPerTrigger")
 """Options of the other views: with ``readChangeFeed=true`` they would be silently ignored."""
-_BYTE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30, "t": 2**40, "tb": 2**40}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 2**10,
+    "m": 2**20,
+    "mb": 2**20,
+    "g": 2**30,
+    "gb": 2**30,
+    "t": 2**40,
+    "tb": 2**40,
+}
 _BYTES = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 
 
@@ -109,7 +120,9 @@ class FeedOptions:
             raise InvalidArgument("give endingVersion or endingTimestamp, not both")
         if not streaming:
             if latest:
-                raise InvalidArgument("startingVersion=latest applies to a stream; a batch read needs a version")
+                raise InvalidArgument(
+                    "startingVersion=latest applies to a stream; a batch read needs a version"
+                )
             if start is None and start_ms is None:
                 raise InvalidArgument(
                     "a batch read of the change feed needs startingVersion or startingTimestamp "

@@ -75,7 +75,9 @@ class ChangeStreamReader(VersionStreamReader):
     """The change feed's stream reader: the version stream's planning, with the feed's offsets,
     admission and partitions (module docstring)."""
 
-    def __init__(self, options: SourceOptions, feed: FeedOptions, schema: pa.Schema, schema_version: int) -> None:
+    def __init__(
+        self, options: SourceOptions, feed: FeedOptions, schema: pa.Schema, schema_version: int
+    ) -> None:
         super().__init__(options)
         self._feed = feed
         self._schema = schema
@@ -216,7 +218,7 @@ class ChangeStreamReader(VersionStreamReader):
     def getCache(self, start: Offset, end: Offset) -> Iterator[tuple[Any, ...]] | None:
         return None  # rows are read from files, on the executors
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition, self._schema, self._options, self._feed.fail_on_data_loss)
 
     def commit(self, end: Offset) -> None:
@@ -257,4 +259,3 @@ def schema_change(version_schema: str | None, read_with: pa.Schema) -> str | Non
                     f"(the stream reads {spark_types.simple_string(known['type'])})"
                 )
     return None
-

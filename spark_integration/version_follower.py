@@ -12,8 +12,6 @@ import logging
 import time
 from typing import Any, Protocol
 
-from segcat.catalog.protocol.delta import CommitDelta
-
 from segcat import (
     Config,
     TableName,
@@ -21,6 +19,7 @@ from segcat import (
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState

@@ -1,0 +1,307 @@
+"""The change feed (``readChangeFeed=true``) on real Spark, Kafka and Redis: batch and stream.
+
+Applying the feed of (a, b] to ``si.read(version=a)`` gives ``si.read(version=b)`` as multisets,
+for random sequences of appends, compactions, replaces, file deletes, partition drops and
+tombstones; ``Table.changes`` (the core's Arrow feed) gives the same rows as Spark's; bad ranges
+are typed errors. Segment files are written by ``producers.segment_files`` (no Spark job per
+commit): Spark only reads. Kept to few Spark queries: each costs seconds on a small machine.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+import segcat.spark_integration as si
+from segcat import Catalog, Segment, Table
+from segcat.catalog.config import Config
+from tests.catalog.read.changes_support import write_segments
+from tests.materializer_support import namespace, spawn_materializer
+from tests.spark_support import run_to_end, spark
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
+
+__all__ = ["spark"]
+
+Row = tuple[Any, ...]
+COLUMNS = ["k", "p", "x"]
+CHANGE = ["_change_type", "_commit_version", "_commit_timestamp"]
+
+
+class Model:
+    """The rows of each live segment as the test wrote them, tombstones applied (the truth)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.segments: dict[str, list[Row]] = {}
+        self.partition: dict[str, str | None] = {}
+        self.next_key = 0
+
+    def _write(self, rows: list[Row]) -> list[Segment]:
+        written = write_segments(self.table, rows, partitioned=True)  # type: ignore[arg-type]
+        for segment in written:
+            self.segments[segment.segment_id] = [r for r in rows if r[1] == segment.partition]
+            self.partition[segment.segment_id] = segment.partition
+        return written
+
+    def fresh(self, count: int, partitions: str) -> list[Row]:
+        rows = [(self.next_key + i, partitions[i % len(partitions)], float(i)) for i in range(count)]
+        self.next_key += count
+        return rows
+
+    def append(self, count: int, partitions: str) -> int:
+        return self.table.append(self._write(self.fresh(count, partitions)))
+
+    def compact(self) -> int | None:
+        if len(self.segments) < 2:
+            return None
+        ids = sorted(self.segments)[:2]
+        rows = [r for sid in ids for r in self.segments.pop(sid)]
+        if not rows:
+            return None  # an empty rewrite is not a compaction a writer makes
+        for sid in ids:
+            self.partition.pop(sid)
+        return self.table.compact(ids, self._write(rows))
+
+    def replace(self, count: int) -> int:
+        self.segments.clear()
+        self.partition.clear()
+        return self.table.replace(self._write(self.fresh(count, "ab")))
+
+    def delete_file(self) -> int | None:
+        if not self.segments:
+            return None
+        sid = sorted(self.segments)[-1]
+        del self.segments[sid], self.partition[sid]
+        return self.table.delete(drops=[sid])
+
+    def drop_partition(self, partition: str) -> int | None:
+        ids = [sid for sid, p in self.partition.items() if p == partition]
+        if not ids:
+            return None
+        for sid in ids:
+            del self.segments[sid], self.partition[sid]
+        return self.table.drop_partitions([partition])
+
+    def tombstone(self, below: int) -> int:
+        for sid, rows in self.segments.items():
+            self.segments[sid] = [r for r in rows if not r[0] < below]
+        return self.table.delete(predicates=[f"k < {below}"])
+
+    def rows(self) -> Counter[Row]:
+        return Counter(r for rows in self.segments.values() for r in rows)
+
+
+def _feed(spark: SparkSession, config: Config, table: str, **options: str) -> DataFrame:
+    return (
+        spark.read.format("segcat")
+        .option("table", table)
+        .option("readChangeFeed", "true")
+        .options(**si.source_options(config))
+        .options(**options)
+        .load()
+    )
+
+
+def _rows(frame: DataFrame) -> Counter[Row]:
+    return Counter(tuple(r) for r in frame.select(*COLUMNS).collect())
+
+
+def _read(spark: SparkSession, config: Config, table: Table, version: int) -> Counter[Row]:
+    """``si.read`` at ``version`` (a version without files has no columns to select: no rows)."""
+    if table.snapshot(version).live_count == 0:
+        return Counter()
+    return _rows(si.read(spark, table.name.qualified, version=version, config=config))
+
+
+def _changes(frame: DataFrame) -> list[Row]:
+    return sorted((tuple(r) for r in frame.select(*COLUMNS, *CHANGE).collect()), key=repr)
+
+
+def apply(rows: Counter[Row], changes: Iterable[Row]) -> Counter[Row]:
+    """``rows`` with the feed's inserts added and deletes taken away; a delete of a row that is
+    not there fails (the feed would be wrong, not only the multiset)."""
+    out = Counter(rows)
+    for change in changes:
+        row, kind = change[:3], change[3]
+        if kind == "insert":
+            out[row] += 1
+        else:
+            assert kind == "delete", change
+            assert out[row] > 0, f"the feed deletes {row}, which is not there"
+            out[row] -= 1
+    return +out
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 4), st.sampled_from(["a", "b", "ab"])),
+        st.tuples(st.just("compact")),
+        st.tuples(st.just("replace"), st.integers(0, 3)),
+        st.tuples(st.just("delete_file")),
+        st.tuples(st.just("drop_partition"), st.sampled_from(["a", "b"])),
+        st.tuples(st.just("tombstone"), st.integers(0, 12)),
+    ),
+    min_size=2,
+    max_size=7,
+)
+
+
+def _run(model: Model, ops: list[tuple[Any, ...]]) -> list[tuple[int, Counter[Row]]]:
+    """Run ``ops``; the (version, rows) after each one that committed."""
+    seen = []
+    for op, *args in ops:
+        version = getattr(model, op)(*args)
+        if version is not None:
+            seen.append((version, model.rows()))
+    return seen
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=OPS, cut=st.integers(0, 100))
+def test_the_batch_feed_applied_to_version_a_gives_version_b(
+    spark: SparkSession, config: Config, catalog: Any, ops: list[tuple[Any, ...]], cut: int
+) -> None:
+    name = f"test.feed_{uuid.uuid4().hex[:12]}"
+    table = catalog.create_table(name)
+    try:
+        model = Model(table)
+        model.append(3, "ab")
+        seen = _run(model, ops)
+        head = table.head_offset()
+        a = seen[cut % len(seen)][0] if seen else head
+        start, end = _read(spark, config, table, a), _read(spark, config, table, head)
+        assert end == model.rows()
+        if a == head:
+            return
+        changes = _changes(_feed(spark, config, name, startingVersion=str(a + 1)))
+        assert apply(start, changes) == end
+        with table.changes(a + 1) as arrow:
+            data = arrow.read_all()
+        arrow_rows = sorted(
+            zip(*(data.column(c).to_pylist() for c in [*COLUMNS, *CHANGE]), strict=True), key=repr
+        )
+        assert [r[:5] for r in arrow_rows] == [r[:5] for r in changes]
+    finally:
+        table.close()
+
+
+class Batches:
+    """A ``foreachBatch`` sink, idempotent by batch id as Spark asks of sinks: a batch Spark runs
+    again after a restart must carry the same changes (else recorded in ``mismatches``)."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[Row]] = {}
+        self.mismatches: list[int] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        rows = _changes(df)
+        with self._lock:
+            if self.batches.setdefault(batch_id, rows) != rows:
+                self.mismatches.append(batch_id)
+
+    def changes(self) -> list[Row]:
+        with self._lock:
+            return [r for k in sorted(self.batches) for r in self.batches[k]]
+
+
+def wait_for_version(query: StreamingQuery, version: int, timeout_s: float = 60.0) -> None:
+    """Until ``query`` has processed every version ≤ ``version`` (a version may emit no row)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert query.isActive, f"the query ended: {query.exception()}"
+        progress = query.lastProgress
+        if progress is not None and progress["sources"]:
+            end = progress["sources"][0]["endOffset"]
+            offset = json.loads(end) if isinstance(end, str) else end
+            if "snapshot" not in offset and int(offset.get("version", -1)) >= version:
+                return
+        assert time.monotonic() < deadline, f"the stream did not reach version {version}: {progress}"
+        time.sleep(0.1)
+
+
+def _stream(spark: SparkSession, config: Config, table: str, **options: str) -> DataFrame:
+    return (
+        spark.readStream.format("segcat")
+        .option("table", table)
+        .option("readChangeFeed", "true")
+        .options(**si.source_options(config))
+        .options(**options)
+        .load()
+    )
+
+
+def test_the_stream_restarts_from_its_checkpoint_and_survives_a_materializer_kill(
+    spark: SparkSession, mconfig: Config, tmp_path: Path
+) -> None:
+    """Initial snapshot (Delta's default), then changes; a first run ``availableNow`` with
+    ``maxFilesPerTrigger=2`` (several batches), a second from the same checkpoint following live
+    commits while the materializer (the stream's Redis head) is killed -9: every change once."""
+    ns, pattern = namespace()
+    name = f"{ns}.events"
+    table = Catalog(mconfig).create_table(name)
+    model = Model(table)
+    model.append(4, "ab")
+    model.append(2, "a")
+    model.tombstone(2)
+    proc = spawn_materializer(mconfig, pattern, f"feed-{ns}", f"feed-{ns}")
+    sink = Batches()
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def start(**trigger: Any) -> StreamingQuery:
+        return (
+            _stream(spark, mconfig, name, maxFilesPerTrigger="2", kafkaCheckIntervalMs="200")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)
+            .start()
+        )
+
+    try:
+        snapshot_rows = model.rows()
+        run_to_end(lambda: start(availableNow=True))
+        first = len(sink.batches)
+        assert first >= 2, "the initial snapshot is split by maxFilesPerTrigger"
+        assert Counter(r[:3] for r in sink.changes()) == snapshot_rows
+        assert {r[3] for r in sink.changes()} == {"insert"}
+
+        model.append(3, "b")  # while no query runs: the restart's first batch
+        query = start(processingTime="100 milliseconds")
+        try:
+            model.compact()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            model.replace(2)
+            model.tombstone(model.next_key - 1)
+            last = model.drop_partition("a") or table.head_offset()
+            wait_for_version(query, last)
+        finally:
+            query.stop()
+        assert query.exception() is None
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+        table.close()
+    assert sink.mismatches == []
+    changes = sink.changes()
+    assert len(changes) == len(set(changes)), "a change delivered twice"
+    assert apply(Counter(), changes) == model.rows()
