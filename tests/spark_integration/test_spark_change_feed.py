@@ -10,12 +10,13 @@ commit): Spark only reads. Kept to few Spark queries: each costs seconds on a sm
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 import segcat.spark_integration as si
-from segcat import Catalog, Segment, Table
+from segcat import Catalog, InvalidArgument, Segment, Table
 from segcat.catalog.config import Config
+from segcat.spark_integration.change_options import FeedOptions, is_change_feed
+from segcat.spark_integration.read_options import SourceOptions
 from tests.catalog.read.changes_support import write_segments
 from tests.materializer_support import namespace, spawn_materializer
 from tests.spark_support import run_to_end, spark
@@ -305,3 +308,81 @@ def test_the_stream_restarts_from_its_checkpoint_and_survives_a_materializer_kil
     changes = sink.changes()
     assert len(changes) == len(set(changes)), "a change delivered twice"
     assert apply(Counter(), changes) == model.rows()
+
+
+def _error(read: Callable[[], object]) -> str:
+    """The error of a read that must fail, as Spark reports it (its text names ours)."""
+    try:
+        read()
+    except Exception as exc:
+        return str(exc)
+    raise AssertionError("the read ran")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingVersion": "1", "startingTimestamp": "2024-01-01"}, "not both"),
+        (
+            {"startingVersion": "1", "versionAsOf": "1"},
+            "option versionAsOf does not apply to the change feed",
+        ),
+        ({"startingVersion": "1", "readChangeFeed": "yes"}, "option readChangeFeed must be true or false"),
+        ({"startingVersion": "1", "maxBytesPerTrigger": "1q"}, "maxBytesPerTrigger must be a size"),
+        ({"startingVersion": "-1"}, "startingVersion must be a version ≥ 0"),
+        ({"startingVersion": "earliest"}, "use startingVersion=0"),
+        (
+            {"startingTimestamp": "yesterday"},
+            "option startingTimestamp: as_of 'yesterday' is not an ISO-8601 time",
+        ),
+        ({"startingVersion": "1", "maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be ≥ 1"),
+    ],
+)
+def test_option_values_are_checked_before_anything_is_read(options: dict[str, str], message: str) -> None:
+    parsed = SourceOptions.parse({"table": "ns.t", "readChangeFeed": "true", **options})
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        is_change_feed(parsed)
+        FeedOptions.parse(parsed, streaming=True)
+
+
+def test_bad_ranges_and_options_are_typed_errors(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    name = table.name.qualified
+    model = Model(table)
+    first = model.append(2, "a")
+    head = model.append(2, "b")
+
+    def batch(**options: str) -> str:
+        return _error(lambda: _feed(spark, config, name, **options).collect())
+
+    error = batch(startingVersion=str(head), endingVersion=str(first))
+    assert "InvalidArgument" in error and f"startingVersion {head} is after endingVersion {first}" in error
+    error = batch(startingVersion=str(head + 1))
+    assert "VersionNotFound" in error and f"startingVersion {head + 1} is past the head of {name}" in error
+    error = batch(startingVersion=str(first), endingVersion=str(head + 3))
+    assert "VersionNotFound" in error and f"endingVersion {head + 3} is past the head" in error
+    error = batch()
+    assert "needs startingVersion or startingTimestamp" in error
+    error = batch(startingVersion="1", maxFilesPerTrigger="3")
+    assert "option maxFilesPerTrigger of the segcat source applies to a stream" in error
+
+    # the range's own rows: one version, and by timestamps (the versions' broker times)
+    only = _changes(_feed(spark, config, name, startingVersion=str(head), endingVersion=str(head)))
+    assert [(r[0], r[3], r[4]) for r in only] == [(2, "insert", head), (3, "insert", head)]
+    stamp = str(table.snapshot(head).timestamp_ms)
+    timed = _changes(_feed(spark, config, name, startingTimestamp=stamp, endingTimestamp=stamp))
+    assert timed == only
+
+    error = _error(
+        lambda: (
+            _stream(spark, config, name, endingVersion="3")
+            .writeStream.format("memory")
+            .queryName("feed_bad")
+            .option("checkpointLocation", str(tmp_path / "bad"))
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination(120)
+        )
+    )
+    assert "option endingVersion of the segcat source applies to a batch read" in error
