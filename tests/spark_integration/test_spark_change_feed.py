@@ -108,15 +108,13 @@ class Model:
         return Counter(r for rows in self.segments.values() for r in rows)
 
 
-def _feed(spark: SparkSession, config: Config, table: str, **options: str) -> DataFrame:
-    return (
-        spark.read.format("segcat")
-        .option("table", table)
-        .option("readChangeFeed", "true")
-        .options(**si.source_options(config))
-        .options(**options)
-        .load()
-    )
+def _feed(
+    spark: SparkSession, config: Config, table: str, *, stream: bool = False, **options: str
+) -> DataFrame:
+    """The change feed of ``table``: a batch read, or a stream."""
+    reader = spark.readStream if stream else spark.read
+    feed = reader.format("segcat").option("table", table).option("readChangeFeed", "true")
+    return feed.options(**si.source_options(config)).options(**options).load()
 
 
 def _rows(frame: DataFrame) -> Counter[Row]:
@@ -241,17 +239,6 @@ def wait_for_version(query: StreamingQuery, version: int, timeout_s: float = 60.
         time.sleep(0.1)
 
 
-def _stream(spark: SparkSession, config: Config, table: str, **options: str) -> DataFrame:
-    return (
-        spark.readStream.format("segcat")
-        .option("table", table)
-        .option("readChangeFeed", "true")
-        .options(**si.source_options(config))
-        .options(**options)
-        .load()
-    )
-
-
 def test_the_stream_restarts_from_its_checkpoint_and_survives_a_materializer_kill(
     spark: SparkSession, mconfig: Config, tmp_path: Path
 ) -> None:
@@ -271,7 +258,7 @@ def test_the_stream_restarts_from_its_checkpoint_and_survives_a_materializer_kil
 
     def start(**trigger: Any) -> StreamingQuery:
         return (
-            _stream(spark, mconfig, name, maxFilesPerTrigger="2", kafkaCheckIntervalMs="200")
+            _feed(spark, mconfig, name, stream=True, maxFilesPerTrigger="2", kafkaCheckIntervalMs="200")
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
@@ -376,7 +363,7 @@ def test_bad_ranges_and_options_are_typed_errors(
 
     error = _error(
         lambda: (
-            _stream(spark, config, name, endingVersion="3")
+            _feed(spark, config, name, stream=True, endingVersion="3")
             .writeStream.format("memory")
             .queryName("feed_bad")
             .option("checkpointLocation", str(tmp_path / "bad"))
