@@ -373,3 +373,22 @@ def test_bad_ranges_and_options_are_typed_errors(
         )
     )
     assert "option endingVersion of the segcat source applies to a batch read" in error
+
+
+def test_a_vacuumed_file_fails_the_read_unless_fail_on_data_loss_is_false(
+    spark: SparkSession, config: Config, table: Table
+) -> None:
+    """A file gone from storage (deleted here by hand, as a vacuum without leases would) is
+    ``DataFileMissing`` naming the version and ``failOnDataLoss``; with ``false`` it is skipped."""
+    name = table.name.qualified
+    model = Model(table)
+    first = model.append(2, "a")
+    gone = model.append(2, "b")
+    snapshot = table.snapshot(gone)
+    (added,) = snapshot.segment_ids() - table.snapshot(first).segment_ids()
+    (segment,) = [s for s in snapshot.segment_list() if s.segment_id == added]
+    Path(snapshot.resolve(segment.path).removeprefix("file://")).unlink()
+    error = _error(lambda: _feed(spark, config, name, startingVersion=str(first)).collect())
+    assert "DataFileMissing" in error and f"version {gone} of {name}" in error and "failOnDataLoss" in error
+    kept = _changes(_feed(spark, config, name, startingVersion=str(first), failOnDataLoss="false"))
+    assert [(r[0], r[3], r[4]) for r in kept] == [(0, "insert", first), (1, "insert", first)]
