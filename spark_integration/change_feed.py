@@ -12,9 +12,10 @@ values), and each task reads them with the core's ``change_batches`` as Arrow re
 the same code ``Table.changes`` reads with.
 
 Batch (``spark.read``): ``startingVersion`` or ``startingTimestamp`` (required), ``endingVersion``
-or ``endingTimestamp`` (default: the head). The range is planned once, when the DataFrame is
-made (``Table.changes``: its checks and errors, a lease while planning), and pinned: the
-DataFrame always reads the same versions. The stream is ``change_stream``.
+or ``endingTimestamp`` (default: the head). The range is planned when Spark plans the query
+(``Table.changes``: its checks and errors, a lease while planning); its columns are the table's
+at the end of the range, fixed when the DataFrame is made, as Delta's feed takes the end's
+schema. The stream is ``change_stream``.
 
 **Decision — leases of a batch read.** The planning process takes a version lease on the
 version before the range with a TTL and no renewal (a renewing thread would outlive the read in
@@ -53,8 +54,6 @@ from segcat.spark_integration.change_follower import reads_of
 from segcat.spark_integration.change_options import FeedOptions
 from segcat.spark_integration.read_options import SourceOptions
 
-STREAM_ONLY = ("maxFilesPerTrigger", "maxBytesPerTrigger", "latestFrom", "kafkaCheckIntervalMs")
-"""Options only a stream takes: ``schema`` then plans no batch range."""
 PARTITION_BYTES = 128 * 2**20
 """A task reads files up to this many bytes (Spark's ``maxPartitionBytes``), at least one file."""
 PARTITION_FILES = 64
@@ -169,13 +168,15 @@ class ChangeFeedSource:
     """The change feed side of ``SegcatDataSource``: plans, then hands Spark the readers.
 
     Lives on the data source object, which pyspark pickles after ``schema`` and before ``reader``,
-    so the batch's plan made for ``schema`` is the one ``reader`` reads (pinned)."""
+    so a batch range ``schema`` had to plan is the one ``reader`` reads (pinned); otherwise the
+    range is planned when Spark plans the read (``reader``)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._schema: pa.Schema | None = None
+        """The table's columns the feed reads with (``schema``)."""
         self._versions: tuple[VersionFiles, ...] | None = None
-        self._first = self._last = 0
+        self._first = 0
         self._schema_version = -1
         """The version whose table schema the feed's schema is (a stream fails on a later change)."""
 
@@ -183,29 +184,26 @@ class ChangeFeedSource:
         return load_catalog(self._options.config()).load_table(self._options.name)
 
     def schema(self) -> StructType:
-        """The feed's columns: the table's, as the files of the range and the live files at its end
-        (the head for a stream, or without a start) hold them, then the change columns.
+        """The feed's columns: the table's at the end of the range (the head for a stream, or
+        without ``endingVersion`` / ``endingTimestamp``), as Delta's feed takes the end's schema,
+        then the change columns. A version without files and without a recorded schema takes the
+        range's files' (the range is then planned here, and pinned for the batch read).
 
-        pyspark asks before it knows whether a batch or a stream reads: a range with a start is
-        planned (and pinned for a batch read), one that ends past the head is left to the reader
-        (a stream may start at the next version; a batch read then fails there)."""
+        pyspark asks before it knows whether a batch or a stream reads: only a range with an end
+        (a batch) is checked here; a start past the head is left to the reader (a stream may start
+        at the next version; a batch read then fails there)."""
         feed = FeedOptions.parse(self._options, streaming=True)
         table = self._table()
-        reads: list[FileRead] = []
         last = None
-        streaming = feed.starting_latest or any(self._options.get(k) is not None for k in STREAM_ONLY)
-        if not streaming and (feed.starting_version is not None or feed.starting_ms is not None):
-            head = table.head_offset()
-            start = feed.starting_version
-            if feed.starting_ms is not None:
-                start = table.resolve_version(as_of=feed.starting_ms - 1) + 1
-            if start is not None and start <= head:
-                self._plan_batch()
-                assert self._versions is not None
-                reads = [r for vf in self._versions for r in reads_of(vf)]
-                last = self._last
+        if feed.ending_version is not None or feed.ending_ms is not None:
+            last = self._bounds(table, FeedOptions.parse(self._options, streaming=False))[1]
         snapshot = table.snapshot(last)
-        self._schema = read_schema([*reads, *snapshot_reads(snapshot)], snapshot.schema, self._options)
+        reads = list(snapshot_reads(snapshot))
+        if not reads and snapshot.schema is None and (feed.starting_version is not None or feed.starting_ms):
+            self._plan_batch()
+            assert self._versions is not None
+            reads = [r for vf in self._versions for r in reads_of(vf)]
+        self._schema = read_schema(reads, snapshot.schema, self._options)
         self._schema_version = snapshot.version
         return spark_schema(self._schema)
 
@@ -249,12 +247,12 @@ class ChangeFeedSource:
         first, last = self._bounds(table, feed)
         with table.changes(first, last) as planned:
             self._versions = planned.versions
-        self._first, self._last = first, last
+        self._first = first
 
     def reader(self, schema: StructType) -> DataSourceReader:
         self._options.check(streaming=False)
         feed = FeedOptions.parse(self._options, streaming=False)
-        if self._versions is None:  # a schema given by the caller, or a range ``schema`` left alone
+        if self._versions is None:
             self._plan_batch()
         assert self._versions is not None
         return ChangeBatchReader(

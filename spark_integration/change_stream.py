@@ -31,8 +31,8 @@ archives (``VersionExpired``) or a file vacuumed away (``DataFileMissing``) fail
 the error naming the version, as Delta does by default. With ``failOnDataLoss=false`` the stream
 resumes at the oldest version still readable, or skips the missing file, after a warning.
 
-**Decision — schema changes.** The stream reads with the table's schema at the query's start
-(Spark fixes a source's schema then); a version whose files add a column, or change a type to one
+**Decision — schema changes.** The stream reads with the table's schema at the head when the
+query starts (Spark fixes a source's schema then); a version whose files add a column, or change a type to one
 that schema cannot hold, fails the stream with ``IncompatibleSchema`` naming the version; the
 query restarted from its checkpoint reads with the new schema (older files: the new columns
 null), as Delta asks.

@@ -29,10 +29,21 @@ from pyspark.sql.streaming.query import StreamingQuery
 import segcat.spark_integration as si
 from segcat import Catalog, InvalidArgument, Segment, Table
 from segcat.catalog.config import Config
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.vacuum import HISTORY_VERSIONS_PROPERTY, vacuum
 from segcat.spark_integration.change_options import FeedOptions, is_change_feed
 from segcat.spark_integration.read_options import SourceOptions
 from tests.catalog.read.changes_support import write_segments
-from tests.materializer_support import namespace, spawn_materializer
+from tests.catalog.read.test_log_pruning import AGGRESSIVE_CLEANER, _alter, wait_compacted_away
+from tests.handles import reader_of, tables_of
+from tests.materializer_support import (
+    PrivateRedis,
+    materializer_config,
+    namespace,
+    running_materializer,
+    spawn_materializer,
+    wait_for_head,
+)
 from tests.spark_support import run_to_end, spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.spark]
@@ -392,3 +403,63 @@ def test_a_vacuumed_file_fails_the_read_unless_fail_on_data_loss_is_false(
     assert "DataFileMissing" in error and f"version {gone} of {name}" in error and "failOnDataLoss" in error
     kept = _changes(_feed(spark, config, name, startingVersion=str(first), failOnDataLoss="false"))
     assert [(r[0], r[3], r[4]) for r in kept] == [(0, "insert", first), (1, "insert", first)]
+
+
+def test_a_position_pruned_away_is_version_expired_unless_fail_on_data_loss_is_false(
+    spark: SparkSession, config: Config, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """A stream stopped at version P, then the log pruned past P and the old key frames vacuumed:
+    the restart from the checkpoint is ``VersionExpired`` naming the oldest readable version; with
+    ``failOnDataLoss=false`` it resumes there. A batch read of the pruned range is refused too."""
+    pconfig = materializer_config(config, private_redis.url, tmp_path / "warehouse", every=2)
+    ns, pattern = namespace()
+    name = f"{ns}.pruned"
+    catalog = Catalog(pconfig)
+    table = catalog.create_table(name)
+    model = Model(table)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def run(sink: Batches, where: str, **options: str) -> StreamingQuery:
+        return run_to_end(
+            lambda: (
+                _feed(spark, pconfig, name, stream=True, startingVersion="1", **options)
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", where)
+                .trigger(availableNow=True)
+                .start()
+            )
+        )
+
+    with running_materializer(pconfig, pattern) as service:
+        stopped_at = model.append(2, "a")
+        run(Batches(), checkpoint)
+        for _ in range(6):
+            model.append(1, "b")
+        table.set_properties({HISTORY_VERSIONS_PROPERTY: "4"})
+        wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
+        assert service.writer is not None and service.writer.drain(timeout_s=60)
+        pruned = table.prune_log(retain_versions=2)
+        assert pruned.marker_version is not None
+        wait_for_head(tables_of(catalog).redis, name, pruned.marker_version)  # type: ignore[arg-type]
+        assert service.writer.drain(timeout_s=60)
+    _alter(pconfig, TableName.parse(name).topic, AGGRESSIVE_CLEANER)
+    time.sleep(0.5)
+    model.append(1, "a")
+    wait_compacted_away(pconfig, TableName.parse(name), pruned.plan.prune_point)
+    vacuum(reader_of(table), grace_ms=0, ignore_leases=True)
+    files = reader_of(table).files
+    assert files is not None
+    oldest = files.oldest_readable()
+    assert oldest is not None and oldest > stopped_at
+
+    error = _error(lambda: run(Batches(), checkpoint))
+    assert "VersionExpired" in error and f"after version {stopped_at}" in error
+    assert f"the oldest readable version is {oldest}" in error and "failOnDataLoss=false" in error
+    resumed = Batches()
+    run(resumed, checkpoint, failOnDataLoss="false")
+    versions = {r[4] for r in resumed.changes()}
+    assert versions and min(versions) > oldest and max(versions) == table.head_offset()
+
+    error = _error(lambda: _feed(spark, pconfig, name, startingVersion="1").collect())
+    assert "VersionExpired" in error
+    table.close()
