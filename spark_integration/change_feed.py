@@ -195,11 +195,12 @@ class ChangeFeedSource:
         feed = FeedOptions.parse(self._options, streaming=True)
         table = self._table()
         last = None
-        if feed.ending_version is not None or feed.ending_ms is not None:
+        has_start = feed.starting_version is not None or feed.starting_ms is not None
+        if has_start and (feed.ending_version is not None or feed.ending_ms is not None):
             last = self._bounds(table, FeedOptions.parse(self._options, streaming=False))[1]
         snapshot = table.snapshot(last)
         reads = list(snapshot_reads(snapshot))
-        if not reads and snapshot.schema is None and (feed.starting_version is not None or feed.starting_ms):
+        if not reads and snapshot.schema is None and has_start:
             self._plan_batch()
             assert self._versions is not None
             reads = [r for vf in self._versions for r in reads_of(vf)]
