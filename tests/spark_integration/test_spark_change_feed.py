@@ -388,6 +388,20 @@ def test_bad_ranges_and_options_are_typed_errors(
     )
     assert "option endingVersion of the segcat source applies to a batch read" in error
 
+    # a stream's other starts: the version at a time, and the head (nothing until a commit)
+    for options, expected in (({"startingTimestamp": stamp}, only), ({"startingVersion": "latest"}, [])):
+        sink = Batches()
+        run_to_end(
+            lambda options=options, sink=sink: (
+                _feed(spark, config, name, stream=True, **options)
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", str(tmp_path / next(iter(options))))
+                .trigger(availableNow=True)
+                .start()
+            )
+        )
+        assert sink.changes() == expected, options
+
 
 def test_a_vacuumed_file_fails_the_read_unless_fail_on_data_loss_is_false(
     spark: SparkSession, config: Config, table: Table
