@@ -33,6 +33,9 @@ DEFAULT_KAFKA_CHECK_MS = 1000
 _COMMON_OPTIONS = ("table", "path", "startingVersion", "view")
 _STREAM_OPTIONS = ("maxVersionsPerTrigger", "latestFrom", "kafkaCheckIntervalMs")
 _BATCH_OPTIONS = ("endingVersion", "versionAsOf", "timestampAsOf")
+_CHANGE_FEED_COMMON = ("readChangeFeed", "startingTimestamp", "failOnDataLoss")
+_CHANGE_FEED_STREAM = ("maxFilesPerTrigger", "maxBytesPerTrigger")
+_CHANGE_FEED_BATCH = ("endingTimestamp",)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,18 @@ class SourceOptions:
         silently ignored (``startingVersoin`` read the whole history), and an option of the other
         kind of read (``endingVersion`` on a stream) would be too. Spark hands the keys over
         lower-cased, so they are compared so."""
+        own: tuple[str, ...]
+        other: tuple[str, ...]
         own, other = (_STREAM_OPTIONS, _BATCH_OPTIONS) if streaming else (_BATCH_OPTIONS, _STREAM_OPTIONS)
+        if (self.get("readChangeFeed") or "").strip().lower() == "true":
+            feed_own, feed_other = (
+                (_CHANGE_FEED_STREAM, _CHANGE_FEED_BATCH)
+                if streaming
+                else (_CHANGE_FEED_BATCH, _CHANGE_FEED_STREAM)
+            )
+            own, other = (*own, *_CHANGE_FEED_COMMON, *feed_own), (*other, *feed_other)
+        else:
+            own = (*own, "readChangeFeed")
         known = {key.lower(): key for key in (*_COMMON_OPTIONS, *own)}
         misplaced = {key.lower(): key for key in other}
         for key in self.raw:
