@@ -90,7 +90,9 @@ class Model:
             self.partition.pop(sid)
         return self.table.compact(ids, self._write(rows))
 
-    def replace(self, count: int) -> int:
+    def replace(self, count: int) -> int | None:
+        if count == 0 and not self.segments:
+            return None  # a REPLACE that adds and drops nothing is malformed: no writer sends it
         self.segments.clear()
         self.partition.clear()
         return self.table.replace(self._write(self.fresh(count, "ab")))
