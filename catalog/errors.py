@@ -171,6 +171,21 @@ class IncompatibleSchema(SegcatError, ValueError):
     """
 
 
+class UnsupportedPredicate(SegcatError):
+    """A tombstone (or row filter) whose exact meaning on rows segcat does not model outside Spark:
+    free protocol-1 text, or a column/literal combination whose Spark coercion is not pinned down
+    (docs/PROTOCOL.md §4a). Read such a table with Spark (``si.read``), which applies it itself."""
+
+
+class DataFileMissing(SegcatError):
+    """A data file a version references is gone from storage (vacuumed, or deleted by hand).
+
+    The message names the file and the version that added it; a reader that holds a version
+    lease before it reads (``Table.lease``, ``Table.changes``) never meets it for files vacuum
+    would otherwise have deleted.
+    """
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 

@@ -32,6 +32,7 @@ from segcat.catalog.errors import (
     ConfigError,
     CorruptArchive,
     CorruptKeyFrame,
+    DataFileMissing,
     DecodeError,
     IncompatibleSchema,
     InvalidArgument,
@@ -57,6 +58,7 @@ from segcat.catalog.errors import (
     TablePurging,
     UnknownSchema,
     UnsafeLocation,
+    UnsupportedPredicate,
     UnsupportedProtocol,
     VersionExpired,
     VersionNotFound,
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from segcat.catalog.protocol.names import TableName
     from segcat.catalog.protocol.predicates import parse_predicate
     from segcat.catalog.protocol.version_change import VersionChange
+    from segcat.catalog.read.change_feed import ChangeFeed
+    from segcat.catalog.read.changes import FileRead, VersionFiles, VersionKind
     from segcat.catalog.read.lease import HeldLease
     from segcat.catalog.read.log_pruning import PruneResult
     from segcat.catalog.read.purge import PurgeReport
@@ -113,6 +117,10 @@ _LAZY = {
     "Segment": "segcat.catalog.protocol.model",
     "Tombstone": "segcat.catalog.protocol.model",
     "TableName": "segcat.catalog.protocol.names",
+    "ChangeFeed": "segcat.catalog.read.change_feed",
+    "FileRead": "segcat.catalog.read.changes",
+    "VersionFiles": "segcat.catalog.read.changes",
+    "VersionKind": "segcat.catalog.read.changes",
     "HeldLease": "segcat.catalog.read.lease",
     "PruneResult": "segcat.catalog.read.log_pruning",
     "PurgeReport": "segcat.catalog.read.purge",
@@ -129,6 +137,7 @@ __all__ = [
     "ArchiveGap",
     "BloomFilter",
     "Catalog",
+    "ChangeFeed",
     "ColumnStats",
     "ColumnType",
     "ColumnTypeConflict",
@@ -140,7 +149,9 @@ __all__ = [
     "ConfigError",
     "CorruptArchive",
     "CorruptKeyFrame",
+    "DataFileMissing",
     "DecodeError",
+    "FileRead",
     "HeldLease",
     "HistoryEntry",
     "IncompatibleSchema",
@@ -179,10 +190,13 @@ __all__ = [
     "Tombstone",
     "UnknownSchema",
     "UnsafeLocation",
+    "UnsupportedPredicate",
     "UnsupportedProtocol",
     "VacuumReport",
     "VersionChange",
     "VersionExpired",
+    "VersionFiles",
+    "VersionKind",
     "VersionNotFound",
     "Watcher",
     "WriteIntent",
