@@ -25,10 +25,17 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from segcat import Config, InvalidArgument, Snapshot, load_catalog
+from segcat import Config, InvalidArgument, load_catalog
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.read.as_of import as_of_ms
-from segcat.catalog.read.changes import FileRead, arrow_schema, merged_schema, read_rows, reads_schema
+from segcat.catalog.read.changes import (
+    FileRead,
+    arrow_schema,
+    merged_schema,
+    read_rows,
+    reads_schema,
+    snapshot_reads,
+)
 from segcat.catalog.read.lease import try_hold
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis.leases import default_holder
@@ -102,9 +109,7 @@ def pack(reads: Sequence[FileRead], partitions_at_least: int = MIN_PARTITIONS) -
     return out
 
 
-def read_partition(
-    reads: Sequence[FileRead], schema: pa.Schema, config: Config
-) -> Iterator[pa.RecordBatch]:
+def read_partition(reads: Sequence[FileRead], schema: pa.Schema, config: Config) -> Iterator[pa.RecordBatch]:
     """The rows of ``reads``, conformed to ``schema``: what every rows task yields to Spark."""
     for read in reads:
         yield from read_rows(read, schema, config)
@@ -122,13 +127,7 @@ def pin_version(options: SourceOptions) -> RowsAt:
     config = options.config()
     table = load_catalog(config).load_table(options.name)
     snapshot = table.snapshot(version, as_of=at)
-    return RowsAt(snapshot.version, table_schema(snapshot_files(snapshot), config))
-
-
-def snapshot_files(snapshot: Snapshot) -> tuple[FileRead, ...]:
-    from segcat.catalog.read.changes import snapshot_reads
-
-    return snapshot_reads(snapshot)
+    return RowsAt(snapshot.version, table_schema(snapshot_reads(snapshot), config))
 
 
 class RowsReader(DataSourceReader):
@@ -150,7 +149,7 @@ class RowsReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         config = self._options.config()
         table = load_catalog(config).load_table(self._options.name)
-        reads = snapshot_files(table.snapshot(self._at.version))
+        reads = snapshot_reads(table.snapshot(self._at.version))
         return pack(reads)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
