@@ -113,3 +113,110 @@ def test_stream_snapshot_then_appends_split_by_max_files(
     assert sink.sizes[3:] == [3, 2]  # whole versions: 3 files > 2 still goes in, alone
     assert len(sink.ids) == len(set(sink.ids)) == 9 + 3 + 2
     assert sink.mismatches == []
+
+
+def stream_error(
+    spark: SparkSession, config: Config, table: Table, checkpoint: Path, sink: Batches, **options: str
+) -> str:
+    """The error a rows stream that must fail stops with (Spark's text names ours)."""
+    try:
+        drain(spark, config, table, checkpoint, sink, **options)
+    except Exception as exc:  # pyspark's captured StreamingQueryException
+        return str(exc)
+    raise AssertionError(f"the stream with {options} ran to its end")
+
+
+def test_non_append_versions_fail_the_stream_unless_skipped(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    first = write(spark, config, table, range(0, 3), max_rows_per_file=1)
+    si.compact(spark, table.name.qualified, config=config)  # skipped silently: its rows are in already
+    deleted = table.delete(predicates=["id = 1"])  # a tombstone: removes rows, adds none
+    write(spark, config, table, range(10, 12))
+    replaced = write(spark, config, table, range(20, 22), mode="replace")
+    write(spark, config, table, range(30, 32))
+    start = {"startingVersion": str(first)}
+
+    strict = Batches()
+    error = stream_error(spark, config, table, tmp_path / "strict", strict, **start)
+    assert "StreamChangeCommit" in error and f"version {deleted} of {table.name.qualified} (DELETE)" in error
+    assert "skipChangeCommits=true or ignoreDeletes=true" in error
+    assert strict.ids == [0, 1, 2]  # what came before the delete was delivered
+
+    deletes_ignored = Batches()
+    error = stream_error(
+        spark, config, table, tmp_path / "ignore", deletes_ignored, ignoreDeletes="true", **start
+    )
+    assert f"version {replaced} of {table.name.qualified} (REPLACE)" in error
+    assert "ignoreDeletes=true" in error and "skipChangeCommits=true to skip" in error
+    assert sorted(deletes_ignored.ids) == [0, 1, 2, 10, 11]
+
+    skipping = Batches()
+    drain(spark, config, table, tmp_path / "skip", skipping, skipChangeCommits="true", **start)
+    assert sorted(skipping.ids) == [0, 1, 2, 10, 11, 30, 31]  # the replace's own rows skipped too, as Delta
+
+
+def test_appends_and_compactions_stream_the_rows_si_read_sees(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    write(spark, config, table, range(0, 4), max_rows_per_file=1)
+    sink = Batches()
+    checkpoint = tmp_path / "cp"
+    drain(spark, config, table, checkpoint, sink)  # the initial snapshot
+    write(spark, config, table, range(4, 6), max_rows_per_file=1)
+    si.compact(spark, table.name.qualified, config=config)  # merges the files of both appends
+    write(spark, config, table, range(6, 8))
+    table.set_properties({"owner": "someone"})  # a metadata version: nothing to emit
+    drain(spark, config, table, checkpoint, sink, maxBytesPerTrigger="1")  # one version per batch
+    assert sorted(sink.ids) == ids(si.read(spark, table.name.qualified, config=config)) == list(range(8))
+    assert sink.sizes == [4, 2, 2]
+    assert sink.mismatches == []
+
+
+def test_available_now_honours_row_limits(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    for k in range(4):
+        write(spark, config, table, range(10 * k, 10 * k + 2))
+    sink = Batches()
+    drain(spark, config, table, tmp_path / "cp", sink, startingVersion="0", maxRowsPerTrigger="3")
+    assert sink.sizes == [2, 2, 2, 2]  # 2 + 2 rows > 3: one version per batch
+    assert len(sink.ids) == 8
+
+
+def test_a_new_column_fails_the_stream_until_it_restarts(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    write(spark, config, table, range(0, 2))
+    sink = Batches()
+    checkpoint = tmp_path / "cp"
+    query = (
+        source(spark, config, table, stream=True)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert sink.ids == [0, 1]
+        wider = spark.createDataFrame([(5, "n5", 1.5)], "id BIGINT, name STRING, score DOUBLE")
+        added = si.write(wider, table.name.qualified, config=config)
+        with pytest.raises(Exception, match="StreamSchemaChanged") as failed:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert "StreamSchemaChanged" in str(failed.value) and f"version {added} of" in str(failed.value)
+    assert "a new column 'score'" in str(failed.value) and "restart the query" in str(failed.value)
+
+    drain(spark, config, table, checkpoint, sink)  # restarted: the table's schema now
+    assert sink.ids == [0, 1, 5] and sink.mismatches == []
+    fresh = Batches()
+    rows: list[Any] = []
+    drain(spark, config, table, tmp_path / "fresh", fresh)
+    frame = source(spark, config, table, stream=True)
+    assert frame.columns == ["id", "name", "score"]
+    batch = source(spark, config, table).orderBy("id").collect()
+    rows = [(r["id"], r["score"]) for r in batch]
+    assert rows == [(0, None), (1, None), (5, 1.5)]  # older files read the added column as null
+    assert sorted(fresh.ids) == [0, 1, 5]
