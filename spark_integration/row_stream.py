@@ -250,6 +250,11 @@ class RowStreamReader(VersionStreamReader):
         super().__init__(options)
         self._at = at
         self._schema = spark_types.parse_schema(at.schema) or {"type": "struct", "fields": []}
+        if not self._schema["fields"]:
+            raise StreamSchemaChanged(
+                f"{options.table} has no files at version {at.version}, so no schema to stream its rows "
+                "with: give the stream one (spark.readStream.schema(...)) or start it after the first write"
+            )
         self._max_files = _positive(options, "maxFilesPerTrigger", DEFAULT_MAX_FILES)
         self._max_bytes = _positive(options, "maxBytesPerTrigger", None)
         self._max_rows = _positive(options, "maxRowsPerTrigger", None)
