@@ -18,9 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 import segcat.spark_integration as si
 from segcat import Catalog, Table
 from segcat.catalog.config import Config
+from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.vacuum import HISTORY_VERSIONS_PROPERTY, vacuum
 from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.redis.leases import LeaseStore
-from tests.materializer_support import spawn_materializer
+from tests.catalog.read.test_log_pruning import AGGRESSIVE_CLEANER, _alter, wait_compacted_away
+from tests.handles import reader_of, tables_of
+from tests.materializer_support import namespace, running_materializer, spawn_materializer, wait_for_head
 from tests.spark_support import run_to_end, spark
 from tests.strategies import SETTINGS
 
@@ -366,10 +370,10 @@ def test_the_stream_runs_on_across_a_materializer_killed_9(
 ) -> None:
     """The planner takes Redis' head as a hint of how far to read: a materializer killed -9 mid-stream
     freezes that head, and the stream must still deliver every version (from Kafka's end), once."""
-    ns = f"rowskill{uuid.uuid4().hex[:8]}"
+    ns, pattern = namespace()
     table = Catalog(mconfig).create_table(f"{ns}.events")
     write(spark, mconfig, table, range(100, 102))  # a stream needs a schema: the first file's
-    proc = spawn_materializer(mconfig, rf"^{ns}\..*", f"g-{ns}", f"i-{ns}")
+    proc = spawn_materializer(mconfig, pattern, f"g-{ns}", f"i-{ns}")
     sink = Batches()
     query = (
         source(spark, mconfig, table, stream=True, kafkaCheckIntervalMs="500")
@@ -387,12 +391,14 @@ def test_the_stream_runs_on_across_a_materializer_killed_9(
         for k in range(3):
             write(spark, mconfig, table, range(10 * k, 10 * k + 2))
         reach(8)
+        # the materializer follows the table: Redis' head is what the planner reads first
+        wait_for_head(tables_of(table.catalog).redis, table.name.qualified, table.head_offset())  # type: ignore[arg-type]
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         for k in range(3, 6):
             write(spark, mconfig, table, range(10 * k, 10 * k + 2))
         reach(14)
-        proc = spawn_materializer(mconfig, rf"^{ns}\..*", f"g-{ns}", f"i-{ns}")
+        proc = spawn_materializer(mconfig, pattern, f"g-{ns}", f"i-{ns}")
         write(spark, mconfig, table, range(60, 62))
         reach(16)
         query.processAllAvailable()
@@ -403,3 +409,61 @@ def test_the_stream_runs_on_across_a_materializer_killed_9(
         table.close()
     assert sorted(sink.ids) == ids(si.read(spark, table.name.qualified, config=mconfig))
     assert len(sink.ids) == len(set(sink.ids)) == 16 and sink.mismatches == []
+
+
+def test_a_position_the_history_no_longer_holds_fails_unless_failondataloss_is_false(
+    spark: SparkSession, mconfig: Config, tmp_path: Path, caplog: Any
+) -> None:
+    """The stream stops at version 0; the log is pruned and the history before version ``oldest``
+    expires meanwhile: the restart cannot rebuild its position. ``StreamDataLoss``, or with
+    ``failOnDataLoss=false`` the versions after ``oldest``, with a warning naming the gap."""
+    ns, pattern = namespace()
+    name = f"{ns}.events"
+    table = Catalog(mconfig).create_table(name)
+    checkpoint = tmp_path / "cp"
+    sink = Batches()
+
+    def restart(**options: str) -> None:
+        run_to_end(
+            lambda: (
+                spark.readStream.format("segcat")
+                .schema(SCHEMA)  # the table has no files yet
+                .options(**si.source_options(mconfig))
+                .options(**options)
+                .load(name)
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(availableNow=True)
+                .start()
+            )
+        )
+
+    restart(startingVersion="0")  # the creation: an empty batch, the offset at version 0
+    versions: dict[int, int] = {}
+    with running_materializer(mconfig, pattern) as service:
+        for k in range(6):
+            versions[write(spark, mconfig, table, range(k, k + 1))] = k
+        table.set_properties({HISTORY_VERSIONS_PROPERTY: "3"})
+        wait_for_head(tables_of(table.catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
+        assert service.writer is not None and service.writer.drain(timeout_s=60)
+        pruned = table.prune_log(retain_versions=2)
+        assert pruned.marker_version is not None
+        wait_for_head(tables_of(table.catalog).redis, name, pruned.marker_version)  # type: ignore[arg-type]
+        assert service.writer.drain(timeout_s=60)
+    _alter(mconfig, TableName.parse(name).topic, AGGRESSIVE_CLEANER)
+    time.sleep(0.5)
+    versions[write(spark, mconfig, table, range(10, 11))] = 10
+    wait_compacted_away(mconfig, TableName.parse(name), pruned.plan.prune_point)
+    vacuum(reader_of(table), grace_ms=0, ignore_leases=True)  # expires the history before `oldest`
+    files = reader_of(table).files
+    assert files is not None
+    oldest = files.oldest_readable()
+    assert oldest is not None and oldest > 1
+
+    with pytest.raises(Exception, match="StreamDataLoss") as lost:
+        restart()
+    assert "stopped after version 0" in str(lost.value) and "failOnDataLoss=false" in str(lost.value)
+    with caplog.at_level(logging.WARNING, logger="segcat.spark.stream"):
+        restart(failOnDataLoss="false")
+    assert sorted(sink.ids) == sorted(k for v, k in versions.items() if v > oldest)
+    table.close()
