@@ -196,7 +196,7 @@ def test_appends_and_compactions_stream_the_rows_si_read_sees(
     assert sink.mismatches == []
 
 
-def test_available_now_honours_row_limits(
+def test_available_now_honours_row_limits_and_starting_timestamp(
     spark: SparkSession, config: Config, table: Table, tmp_path: Path
 ) -> None:
     for k in range(4):
@@ -205,6 +205,11 @@ def test_available_now_honours_row_limits(
     drain(spark, config, table, tmp_path / "cp", sink, startingVersion="0", maxRowsPerTrigger="3")
     assert sink.sizes == [2, 2, 2, 2]  # 2 + 2 rows > 3: one version per batch
     assert len(sink.ids) == 8
+    times = {h.version: h.timestamp_ms for h in table.history()}
+    third = sorted(times)[-2]  # the third append
+    since = Batches()
+    drain(spark, config, table, tmp_path / "since", since, startingTimestamp=str(times[third]))
+    assert sorted(since.ids) == [20, 21, 30, 31]  # the versions committed at or after that time
 
 
 def test_a_new_column_fails_the_stream_until_it_restarts(
