@@ -365,6 +365,7 @@ def _stream_once(
         first = writer.append([_tiny_segment(0)])  # so the query has something to start on
         query = (
             spark.readStream.format("segcat")
+            .option("view", "versions")
             .options(**si.source_options(config))
             .options(**variant.source)
             .option("table", name)

@@ -223,6 +223,31 @@ class MissingExtra(SegcatError, ImportError):
         super().__init__(detail)
 
 
+
+# ---------------------------------------------------------------------------- the rows stream
+
+
+class StreamChangeCommit(SegcatError):
+    """A stream of a table's rows met a version that removes rows (``DELETE``, ``REPLACE``, a
+    tombstone, a drop of partitions): an append-only stream cannot say that. The message names
+    the version, its operation and the options that would skip it (``skipChangeCommits``,
+    ``ignoreDeletes``), or the change feed (``readChangeFeed``) that carries deletes."""
+
+
+class StreamSchemaChanged(SegcatError):
+    """A stream of a table's rows met a version whose files hold columns or types the stream's
+    schema (the table's when the query started) cannot carry; restarting the query picks up the
+    new schema. The message names the version, the file and the column. Also raised when a stream
+    starts on a table without files and is given no schema (``.schema(...)``): it has none to
+    declare, as Delta refuses to stream a table whose schema is not set."""
+
+
+class StreamDataLoss(SegcatError):
+    """A stream restarted from its checkpoint cannot continue where it stopped: the versions after
+    its position were pruned from the log, or files it must still read were vacuumed. With
+    ``failOnDataLoss=false`` the stream resumes at the earliest position that exists instead."""
+
+
 # ---------------------------------------------------------------------------- exit codes
 
 EXIT_ERROR = 1
