@@ -67,7 +67,13 @@ class SourceOptions:
         opts = lower_keys(options)
         table = opts.get("table") or opts.get("path")
         if not table:
-            raise InvalidArgument('the segcat source needs .option("table", "<namespace>.<table>")')
+            # toTable() lands here: Spark hands a Python data source neither the catalog table's
+            # name nor its OPTIONS, so only load(name) / start(name) / option("table") can say it
+            raise InvalidArgument(
+                'the segcat source needs its table: .load("<namespace>.<table>"), '
+                '.start("<namespace>.<table>") or .option("table", "<namespace>.<table>") '
+                "(writeStream.toTable() cannot pass it to a Python data source: use .start(name))"
+            )
         TableName.parse(table)
         return cls(table, opts)
 
