@@ -42,6 +42,7 @@ from segcat.catalog.read.changes import (
     CHANGE_COLUMNS,
     FileRead,
     VersionFiles,
+    VersionKind,
     arrow_schema,
     change_batches,
     reads_schema,
@@ -50,16 +51,37 @@ from segcat.catalog.read.changes import (
 from segcat.catalog.read.lease import DEFAULT_TTL_S, HeldLease, lease_store, try_hold
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.redis.leases import default_holder
-from segcat.spark_integration.change_follower import reads_of
 from segcat.spark_integration.change_options import FeedOptions
 from segcat.spark_integration.read_options import SourceOptions
+from segcat.spark_integration.stream_planning import InitialSnapshot
 
 PARTITION_BYTES = 128 * 2**20
 """A task reads files up to this many bytes (Spark's ``maxPartitionBytes``), at least one file."""
 PARTITION_FILES = 64
 """…and at most this many files (small files would otherwise make one slow task)."""
 
+SNAPSHOT_OPERATION = "SNAPSHOT"
+"""The operation of the initial snapshot's pseudo-version (its rows are inserts at the head)."""
+
 log = logging.getLogger("segcat.spark.changes")
+
+
+def reads_of(vf: VersionFiles) -> tuple[FileRead, ...]:
+    """The files a version's rows are read from (none for a compaction or a metadata version)."""
+    return (*vf.deleted, *vf.inserted) if vf.changes_rows else ()
+
+
+def snapshot_version(snapshot: InitialSnapshot, first: int, last: int) -> VersionFiles:
+    """Files ``first`` to ``last`` (excluded) of the initial snapshot, as a version of inserts."""
+    return VersionFiles(
+        snapshot.version,
+        snapshot.timestamp_ms,
+        SNAPSHOT_OPERATION,
+        VersionKind.APPEND,
+        snapshot.reads[first:last],
+        (),
+        snapshot.schema,
+    )
 
 
 class ChangePartition(InputPartition):

@@ -46,24 +46,16 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles
 
-from segcat import IncompatibleSchema, load_catalog
+from segcat import IncompatibleSchema, VersionExpired, load_catalog
 from segcat.catalog.errors import LogPruned
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.read.changes import VersionFiles
-from segcat.spark_integration.change_feed import plan_partitions, read_partition
-from segcat.spark_integration.change_follower import (
-    UNLIMITED,
-    ChangeFollower,
-    Limits,
-    admit,
-    admit_files,
-    snapshot_version,
-)
+from segcat.spark_integration.change_feed import plan_partitions, read_partition, reads_of, snapshot_version
 from segcat.spark_integration.change_options import FeedOptions
 from segcat.spark_integration.read_options import SourceOptions
-from segcat.spark_integration.version_follower import VersionFollower
+from segcat.spark_integration.stream_planning import Budget, TrackingFollower
 from segcat.spark_integration.version_stream import VersionStreamReader
 
 log = logging.getLogger("segcat.spark.changes")
@@ -83,23 +75,14 @@ class ChangeStreamReader(VersionStreamReader):
         self._schema = schema
         self._schema_version = schema_version
         """The version whose schema ``schema`` is: a later version that changes it fails the stream."""
-        self._limits = Limits(feed.max_files, feed.max_bytes)
-        self._changes: ChangeFollower | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_changes"] = None  # Kafka clients and an image stay in the planner process
-        return state
 
     # ------------------------------------------------------------------ the follower
 
-    def _changes_follower(self) -> ChangeFollower:
-        if self._changes is None:
-            self._changes = ChangeFollower(self._options.config(), self._options.name)
-        return self._changes
-
-    def _follow(self) -> VersionFollower:
-        return self._changes_follower().versions
+    def _follow(self) -> TrackingFollower:
+        if self._follower is None:
+            self._follower = TrackingFollower(self._options.config(), self._options.name, schemas=True)
+        assert isinstance(self._follower, TrackingFollower)
+        return self._follower
 
     def _head(self) -> int:
         """The version the feed starts from or stops at: the head now, or Trigger.AvailableNow's."""
@@ -108,16 +91,15 @@ class ChangeStreamReader(VersionStreamReader):
     def _changes_after(self, after: int, upto: int | None) -> tuple[int, list[VersionFiles]]:
         """(the position read from, the versions in (it, ``upto``]): ``after``, unless its versions
         are gone and ``failOnDataLoss=false`` moves it to the oldest readable version."""
-        changes = self._changes_follower()
         try:
-            return after, self._judged(changes, after, upto)
+            return after, self._judged(after, upto)
         except LogPruned as exc:
             hint = "set failOnDataLoss=false to resume at the oldest readable version"
             if self._feed.fail_on_data_loss:
-                raise changes.expired(after, exc, hint) from None
-            oldest = changes.oldest_readable()
+                raise self._expired(after, exc, hint) from None
+            oldest = self._oldest_readable()
             if oldest is None or oldest <= after:
-                raise changes.expired(after, exc, "nothing older is readable") from None
+                raise self._expired(after, exc, "nothing older is readable") from None
             log.warning(
                 "change feed of %s: the versions after %s are gone (%s); resuming after version %s "
                 "(failOnDataLoss=false): the changes in between are lost to this stream",
@@ -126,13 +108,33 @@ class ChangeStreamReader(VersionStreamReader):
                 exc,
                 oldest,
             )
-            return oldest, self._judged(changes, oldest, upto)
+            return oldest, self._judged(oldest, upto)
 
-    def _judged(self, changes: ChangeFollower, after: int, upto: int | None) -> list[VersionFiles]:
+    def _judged(self, after: int, upto: int | None) -> list[VersionFiles]:
+        follower = self._follow()
         if upto is not None:
-            return changes.changes_after(after, upto)
-        self._judge_to_end(changes.versions, after)
-        return changes.judged_after(after, changes.versions.judged)
+            return follower.files_after(after, upto)
+        self._judge_to_end(follower, after)
+        return follower.judged_after(after, follower.judged)
+
+    def _oldest_readable(self) -> int | None:
+        """The oldest version object storage can still rebuild (None: none, or it does not answer)."""
+        try:
+            return self._follow().oldest_readable()
+        except OSError:
+            return None
+
+    def _expired(self, after: int, cause: LogPruned, option_hint: str) -> VersionExpired:
+        """The typed error of a position the log and its archives no longer reach."""
+        oldest = self._oldest_readable()
+        where = (
+            f"the oldest readable version is {oldest}" if oldest is not None else "no older version is kept"
+        )
+        return VersionExpired(
+            f"the change feed of {self._options.name} cannot resume after version {after}: the versions "
+            f"after it were pruned or vacuumed away ({where}); {option_hint} ({cause})",
+            oldest=oldest,
+        )
 
     # ------------------------------------------------------------------ offsets
 
@@ -153,39 +155,28 @@ class ChangeStreamReader(VersionStreamReader):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._follow().last_accepted()
 
-    def _limits_for(self, limit: ReadLimit) -> Limits:
-        if isinstance(limit, ReadAllAvailable):
-            return UNLIMITED
-        if isinstance(limit, ReadMaxFiles):
-            return Limits(limit.max_files, self._feed.max_bytes)
-        return self._limits
-
     def latestOffset(self, start: Offset, limit: ReadLimit) -> Offset:
-        limits = self._limits_for(limit)
+        budget = Budget.of(limit, self._feed.max_files, self._feed.max_bytes, None)
         pending = start.get("start")
         if pending == "latest":
             return {"version": self._head()}
         if pending == "snapshot":
-            return self._snapshot_end(self._head(), 0, limits)
+            return self._snapshot_end(self._head(), 0, budget)
         if "snapshot" in start:
-            return self._snapshot_end(int(start["version"]), int(start["snapshot"]), limits)
+            return self._snapshot_end(int(start["version"]), int(start["snapshot"]), budget)
         after = int(start["version"])
         if self._target is not None and after >= self._target:
             return {"version": after}
         base, versions = self._changes_after(after, self._target)
-        taken = admit(versions, limits)
+        taken = budget.take(reads_of(vf) for vf in versions)
         # ``base`` > ``after``: failOnDataLoss=false moved past lost versions; an (empty) batch
         # journals that, so later triggers do not look for them again
         return {"version": versions[taken - 1].version} if taken else {"version": base}
 
-    def _snapshot_end(self, version: int, done: int, limits: Limits) -> Offset:
-        _, reads, _ = self._changes_follower().snapshot(version)
-        taken = done + admit_files(reads[done:], limits)
+    def _snapshot_end(self, version: int, done: int, budget: Budget) -> Offset:
+        reads = self._follow().snapshot(version).reads
+        taken = done + budget.take((read,) for read in reads[done:])
         return {"version": version} if taken >= len(reads) else {"version": version, "snapshot": taken}
-
-    def reportLatestOffset(self) -> Offset | None:
-        known = None if self._changes is None else self._changes.versions.known_last_accepted()
-        return None if known is None else {"version": known}
 
     # ------------------------------------------------------------------ batches
 
@@ -195,10 +186,10 @@ class ChangeStreamReader(VersionStreamReader):
         upto = int(end["version"])
         if start.get("start") == "snapshot" or "snapshot" in start or "snapshot" in end:
             first = int(start.get("snapshot", 0))
-            timestamp_ms, reads, schema = self._changes_follower().snapshot(upto)
-            last = int(end["snapshot"]) if "snapshot" in end else len(reads)
+            snapshot = self._follow().snapshot(upto)
+            last = int(end["snapshot"]) if "snapshot" in end else len(snapshot.reads)
             self._hold(max(upto, 0))
-            return plan_partitions([snapshot_version(upto, timestamp_ms, reads[first:last], schema)], upto)
+            return plan_partitions([snapshot_version(snapshot, first, last)], upto)
         after, versions = self._changes_after(int(start["version"]), upto)
         if upto <= after:
             return []
@@ -228,14 +219,8 @@ class ChangeStreamReader(VersionStreamReader):
         upto = int(end["version"])
         if "snapshot" not in end:
             self._hold(max(upto, 0))
-            if self._changes is not None:
-                self._changes.forget(upto)
-
-    def stop(self) -> None:
-        self._let_go()
-        if self._changes is not None:
-            self._changes.close()
-            self._changes = None
+            if self._follower is not None:
+                self._follow().forget(upto)
 
 
 def schema_change(version_schema: str | None, read_with: pa.Schema) -> str | None:

@@ -40,9 +40,9 @@ resumes at the earliest position that exists and logs a warning naming what it s
 
 How far the log goes at each trigger, the Redis head as a hint, the leases' release on SIGTERM
 and ``Trigger.AvailableNow`` come from the version stream (``version_stream``), whose planner
-this one extends; the versions are judged by ``VersionFollower`` with a ``ChangeTracker`` fed
-from its listener (``catalog.read.changes``), so the offsets and the files come from one
-judgement.
+this one extends; the versions and their files come from ``stream_planning`` (its
+``TrackingFollower``, the change feed's too), so the offsets and the files come from one
+judgement, and so does admission (``Budget``).
 """
 
 from __future__ import annotations
@@ -64,33 +64,18 @@ from segcat import (
     StreamChangeCommit,
     StreamDataLoss,
     StreamSchemaChanged,
-    TableName,
     VersionNotFound,
     load_catalog,
 )
-from segcat.catalog.config import Config
 from segcat.catalog.protocol import spark_types
-from segcat.catalog.protocol.replay import Applied
-from segcat.catalog.protocol.rules import Outcome
-from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read.as_of import as_of_ms
-from segcat.catalog.read.changes import (
-    ChangeTracker,
-    FileRead,
-    VersionFiles,
-    VersionKind,
-    arrow_schema,
-    resolver,
-    snapshot_reads,
-)
+from segcat.catalog.read.changes import FileRead, VersionFiles, VersionKind, arrow_schema
 from segcat.catalog.read.lease import try_hold
-from segcat.catalog.read.table import table_root
-from segcat.catalog.storage.objectstore import ObjectStore, filesystem
+from segcat.catalog.storage.objectstore import filesystem
 from segcat.catalog.storage.redis.leases import default_holder
-from segcat.catalog.storage.table_files import TableFiles
 from segcat.spark_integration.read_options import SourceOptions
 from segcat.spark_integration.row_batch import FilesPartition, RowsAt, pack, read_partition
-from segcat.spark_integration.version_follower import VersionFollower
+from segcat.spark_integration.stream_planning import Budget, TrackingFollower
 from segcat.spark_integration.version_stream import VersionStreamReader, _release_on_sigterm
 
 log = logging.getLogger("segcat.spark.stream")
@@ -148,91 +133,6 @@ class Position:
         return cls(version, not starting, index if starting else -1)
 
 
-# ---------------------------------------------------------------------------- judging
-
-
-class TrackingFollower(VersionFollower):
-    """A ``VersionFollower`` that also answers each accepted version's files (``ChangeTracker``),
-    and remembers which files each version dropped (compactions too), for the leases."""
-
-    def __init__(self, config: Config, name: TableName) -> None:
-        super().__init__(config, name)
-        self._root = table_root(config, name)
-        self._tracker: ChangeTracker | None = None
-        self._files: dict[int, VersionFiles] = {}
-        self.dropped: dict[str, int] = {}
-        """Uri of each file a version after the start dropped → that version."""
-
-    def _start(self, after: int) -> None:
-        super()._start(after)
-        assert self._follower is not None
-        self._tracker = ChangeTracker(self._follower.state, root=self._root)
-        self._files, self.dropped = {}, {}
-
-    def _collect(self, applied: Applied, state: TableState) -> None:
-        super()._collect(applied, state)
-        delta, tracker = applied.delta, self._tracker
-        if applied.verdict.outcome is not Outcome.ACCEPTED or delta is None or tracker is None:
-            return
-        if delta.version <= tracker.version:
-            return
-        if delta.dropped:
-            resolve = resolver(tracker.state.location or self._root, lambda: tracker.state.properties)
-            for sid in delta.dropped:
-                live = tracker.state.segments.get(sid)
-                if live is not None:
-                    self.dropped[resolve(live.segment.path)] = delta.version
-        self._files[delta.version] = tracker.observe(delta)
-
-    def files_after(self, after: int, upto: int) -> list[VersionFiles]:
-        """The accepted versions in (``after``, ``upto``] with their files (the log read to ``upto``)."""
-        self.accepted_after(after, upto)
-        return [vf for v, vf in sorted(self._files.items()) if after < v <= upto]
-
-    @property
-    def start(self) -> int:
-        """The version the image was rebuilt at (versions after it are known)."""
-        return self._after
-
-    def forget(self, upto: int) -> None:
-        """Spark is done with every version ≤ ``upto``: free their files, and the drops up to it
-        (a file a later batch reads was added after ``upto``, so no drop up to it concerns it)."""
-        super().forget(upto)
-        if self._after == upto:
-            self._files = {v: vf for v, vf in self._files.items() if v > upto}
-            self.dropped = {uri: v for uri, v in self.dropped.items() if v > upto}
-
-
-@dataclass
-class Budget:
-    """What a batch may still admit (None: no limit); soft, the first item always goes in."""
-
-    files: int | None
-    bytes: int | None
-    rows: int | None
-    taken: int = 0
-
-    def admit(self, reads: Sequence[FileRead]) -> bool:
-        files = len(reads)
-        size = sum(r.size_bytes for r in reads)
-        rows = sum(r.row_count for r in reads)
-        fits = all(
-            limit is None or used <= limit
-            for limit, used in ((self.files, files), (self.bytes, size), (self.rows, rows))
-        )
-        if self.taken and not fits:
-            return False
-        self.taken += 1
-        self.files = None if self.files is None else self.files - files
-        self.bytes = None if self.bytes is None else self.bytes - size
-        self.rows = None if self.rows is None else self.rows - rows
-        return True
-
-    @property
-    def spent(self) -> bool:
-        return any(limit is not None and limit <= 0 for limit in (self.files, self.bytes, self.rows))
-
-
 # ---------------------------------------------------------------------------- the planner
 
 
@@ -268,7 +168,8 @@ class RowStreamReader(VersionStreamReader):
             raise InvalidArgument("give startingVersion or startingTimestamp, not both")
         self._goal: Position | None = None
         """Trigger.AvailableNow: the last position to read (the head when the query started)."""
-        self._snapshot: tuple[int, tuple[FileRead, ...]] | None = None
+        self._lost_snapshot: int | None = None
+        """failOnDataLoss=false: the initial snapshot found no longer readable (read as empty)."""
         self._leases: list[tuple[Position, HeldLease]] = []
         """Leases of the batches planned and not yet committed, by each batch's end."""
         self._skipped_to: dict[int, int] = {}
@@ -276,13 +177,12 @@ class RowStreamReader(VersionStreamReader):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_snapshot"] = None
         state["_leases"] = []
         return state
 
     def _follow(self) -> TrackingFollower:
         if self._follower is None:
-            self._follower = TrackingFollower(self._options.config(), self._options.name)
+            self._follower = TrackingFollower(self._options.config(), self._options.name, schemas=False)
         assert isinstance(self._follower, TrackingFollower)
         return self._follower
 
@@ -312,33 +212,28 @@ class RowStreamReader(VersionStreamReader):
 
     # ------------------------------------------------------------------ planning
 
-    def _budget(self, limit: ReadLimit) -> Budget:
-        if isinstance(limit, ReadAllAvailable):
-            return Budget(None, None, None)
-        return Budget(self._max_files, self._max_bytes, self._max_rows)
-
     def _snapshot_reads(self, version: int) -> tuple[FileRead, ...]:
-        """The initial snapshot's files, in their fixed order (cached in the planner)."""
-        if self._snapshot is None or self._snapshot[0] != version:
-            try:
-                with load_catalog(self._options.config()) as catalog:
-                    reads = snapshot_reads(catalog.load_table(self._options.name).snapshot(version))
-            except VersionNotFound as exc:
-                if self._fail_on_loss:
-                    raise StreamDataLoss(
-                        f"the stream of {self._options.table} was reading the rows of version {version} "
-                        f"and that version is no longer readable ({exc}); set failOnDataLoss=false to "
-                        "resume at the earliest version that exists"
-                    ) from None
-                reads = ()
-                log.warning(
-                    "the stream of %s skips the rest of the rows of version %s: %s",
-                    self._options.table,
-                    version,
-                    exc,
-                )
-            self._snapshot = (version, reads)
-        return self._snapshot[1]
+        """The initial snapshot's files, in their fixed order (cached by the follower); a snapshot
+        no longer readable is ``StreamDataLoss``, or (``failOnDataLoss=false``) empty."""
+        if self._lost_snapshot == version:
+            return ()
+        try:
+            return self._follow().snapshot(version).reads
+        except VersionNotFound as exc:
+            if self._fail_on_loss:
+                raise StreamDataLoss(
+                    f"the stream of {self._options.table} was reading the rows of version {version} "
+                    f"and that version is no longer readable ({exc}); set failOnDataLoss=false to "
+                    "resume at the earliest version that exists"
+                ) from None
+            log.warning(
+                "the stream of %s skips the rest of the rows of version %s: %s",
+                self._options.table,
+                version,
+                exc,
+            )
+            self._lost_snapshot = version
+            return ()
 
     def _versions(self, after: int, upto: int) -> list[VersionFiles]:
         """The accepted versions in (``after``, ``upto``]; a position the log no longer holds is
@@ -348,7 +243,7 @@ class RowStreamReader(VersionStreamReader):
         try:
             return follower.files_after(start, upto)
         except (LogPruned, ArchiveGap, VersionNotFound) as exc:
-            oldest = self._oldest_readable()
+            oldest = follower.oldest_readable()
             if self._fail_on_loss or oldest is None or oldest <= start:
                 raise StreamDataLoss(
                     f"the stream of {self._options.table} stopped after version {after} and the log no "
@@ -365,13 +260,6 @@ class RowStreamReader(VersionStreamReader):
         )
         self._skipped_to[after] = oldest
         return follower.files_after(oldest, upto)
-
-    def _oldest_readable(self) -> int | None:
-        follower = self._follow()
-        files = TableFiles(
-            ObjectStore.from_config(self._options.config()), self._options.name, follower.log_id
-        )
-        return files.oldest_readable()
 
     def _admit(self, vf: VersionFiles) -> bool:
         """Whether ``vf``'s added rows go into the stream; the typed error when they must not."""
@@ -438,13 +326,11 @@ class RowStreamReader(VersionStreamReader):
         self._release_upto(position)
         if self._goal is not None and position >= self._goal:
             return position.to_json()
-        budget = self._budget(limit)
+        budget = Budget.of(limit, self._max_files, self._max_bytes, self._max_rows)
         end = position
         if not position.done:
             reads = self._snapshot_reads(position.version)
-            index = position.index
-            while index + 1 < len(reads) and budget.admit(reads[index + 1 : index + 2]):
-                index += 1
+            index = position.index + budget.take((read,) for read in reads[position.index + 1 :])
             if index + 1 < len(reads):
                 return Position(position.version, False, index).to_json()
             end = Position(position.version, True)
@@ -569,11 +455,8 @@ class RowStreamReader(VersionStreamReader):
     def commit(self, end: dict[str, Any]) -> None:
         position = Position.parse(end)
         self._release_upto(position)
-        if position.done:
-            if self._snapshot is not None and self._snapshot[0] <= position.version:
-                self._snapshot = None  # the initial snapshot is done
-            if self._follower is not None:
-                self._follow().forget(position.version)
+        if position.done and self._follower is not None:
+            self._follow().forget(position.version)  # the initial snapshot too, once done
 
 
 def _positive(options: SourceOptions, key: str, default: int | None) -> int | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from segcat import (
     Config,
@@ -19,7 +19,6 @@ from segcat import (
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
-from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import TableState
@@ -41,17 +40,6 @@ log = logging.getLogger("segcat.spark.stream")
 
 VersionRow = tuple[Any, ...]
 """One row of ``VERSIONS_SCHEMA``."""
-
-"""One row of ``VERSIONS_SCHEMA``."""
-
-
-class DeltaListener(Protocol):
-    """Sees what a ``VersionFollower`` judges: the image it restarts from, then each accepted delta
-    after it in log order (the change feed keeps a ``ChangeTracker`` in step this way)."""
-
-    def restarted(self, state: TableState) -> None: ...
-
-    def accepted(self, delta: CommitDelta) -> None: ...
 
 
 def version_row(change: VersionChange, live_segments: int | None, properties: dict[str, str]) -> VersionRow:
@@ -82,11 +70,12 @@ class VersionFollower:
     request per connection at a time), which cost every trigger up to ``fetch.wait.max.ms``.
     """
 
-    def __init__(self, config: Config, name: TableName, listener: DeltaListener | None = None) -> None:
+    def __init__(self, config: Config, name: TableName, *, full: bool = False) -> None:
         self._config = config
         self._name = name
-        self._listener = listener
-        """With a listener the image starts from a full key frame: its segments keep their schemas."""
+        self._full = full
+        """The image starts from a full key frame (its segments keep their schemas and stats), not
+        the light one, which is all the rules need to judge."""
         self._follower: Follower | None = None
         self._ends: LogReader | None = None
         self._after = -1
@@ -130,16 +119,12 @@ class VersionFollower:
             self._follower.close()
             self._follower = None
         files = TableFiles(ObjectStore.from_config(self._config), self._name, self.log_id)
-        follower = Follower.from_keyframe(
-            self._config, self._name, files, at_most=after, full=self._listener is not None
-        )
+        follower = Follower.from_keyframe(self._config, self._name, files, at_most=after, full=self._full)
         if follower.state.version < after:
             follower.catch_up(after, exact=True)
         # no version after the last accepted one is accepted yet, so the (empty) cache is
         # complete from there on
         self._follower, self._after, self._rows = follower, follower.state.last_accepted_version, {}
-        if self._listener is not None:
-            self._listener.restarted(follower.state)
 
     def _collect(self, applied: Applied, _: TableState) -> None:
         delta = applied.delta
@@ -148,8 +133,6 @@ class VersionFollower:
         prev = -1 if delta.prev_version is None else delta.prev_version
         change = change_from_delta(self._name.qualified, prev, delta, "kafka")
         self._rows[delta.version] = version_row(change, delta.live_count, dict(delta.commit.properties))
-        if self._listener is not None:
-            self._listener.accepted(delta)
 
     def _advance(self, upto: int) -> None:
         """Judge the records after the image, up to offset ``upto``."""

@@ -1,15 +1,19 @@
-"""Admission of the change feed's micro-batches (``maxFilesPerTrigger`` / ``maxBytesPerTrigger``):
-whole versions in order, at least one, within both limits unless one version alone exceeds them;
-and the tasks a batch is cut into carry every read once, in order."""
+"""Admission of the streams' micro-batches (``Budget``: ``maxFilesPerTrigger`` / ``maxBytesPerTrigger``
+/ ``maxRowsPerTrigger``): whole versions in order, at least one, within every limit unless one
+version alone exceeds them; the snapshot file by file; and the tasks a change feed batch is cut
+into carry every read once, in order."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hypothesis import given
 from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
 from segcat.catalog.read.changes import FileRead, VersionFiles, VersionKind
-from segcat.spark_integration.change_feed import PARTITION_FILES, plan_partitions
-from segcat.spark_integration.change_follower import Limits, admit, admit_files, reads_of
+from segcat.spark_integration.change_feed import PARTITION_FILES, plan_partitions, reads_of
+from segcat.spark_integration.stream_planning import Budget
 
 KINDS = [
     VersionKind.APPEND,
@@ -21,7 +25,7 @@ KINDS = [
 
 
 def _read(version: int, i: int, size: int) -> FileRead:
-    return FileRead(f"file:///t/{version}-{i}.parquet", 10, size, version, None)
+    return FileRead(f"file:///t/{version}-{i}.parquet", size // 3, size, version, None)
 
 
 @st.composite
@@ -39,34 +43,48 @@ def versions(draw: st.DrawFn) -> list[VersionFiles]:
     return out
 
 
-LIMITS = st.builds(Limits, st.none() | st.integers(1, 6), st.none() | st.integers(1, 300))
+LIMITS = st.tuples(
+    st.none() | st.integers(1, 6), st.none() | st.integers(1, 300), st.none() | st.integers(1, 100)
+)
+Limits = tuple[int | None, int | None, int | None]
+
+
+def within(limits: Limits, reads: Sequence[FileRead]) -> bool:
+    """Whether ``reads`` together stay within every limit (files, bytes, rows)."""
+    used = (len(reads), sum(r.size_bytes for r in reads), sum(r.row_count for r in reads))
+    return all(limit is None or n <= limit for limit, n in zip(limits, used, strict=True))
 
 
 @given(versions(), LIMITS)
-def test_admit_takes_whole_versions_within_the_limits(found: list[VersionFiles], limits: Limits) -> None:
-    taken = admit(found, limits)
+def test_whole_versions_are_taken_within_the_limits(found: list[VersionFiles], limits: Limits) -> None:
+    taken = Budget(*limits).take(reads_of(vf) for vf in found)
     if not found:
         assert taken == 0
         return
     assert 1 <= taken <= len(found)
     reads = [r for vf in found[:taken] for r in reads_of(vf)]
     if taken > 1:
-        assert limits.admits(len(reads), sum(r.size_bytes for r in reads))
+        assert within(limits, reads)
     if taken < len(found):  # the next version would have broken a limit
-        more = reads + list(reads_of(found[taken]))
-        assert not limits.admits(len(more), sum(r.size_bytes for r in more))
+        assert not within(limits, reads + list(reads_of(found[taken])))
     assert all(not reads_of(vf) for vf in found if vf.kind in (VersionKind.COMPACT, VersionKind.METADATA))
 
 
 @given(st.lists(st.integers(1, 100), max_size=12), LIMITS)
 def test_the_snapshot_is_admitted_file_by_file(sizes: list[int], limits: Limits) -> None:
     reads = [_read(0, i, s) for i, s in enumerate(sizes)]
-    taken = admit_files(reads, limits)
+    taken = Budget(*limits).take((r,) for r in reads)
     assert taken == 0 if not reads else 1 <= taken <= len(reads)
     if taken > 1:
-        assert limits.admits(taken, sum(sizes[:taken]))
+        assert within(limits, reads[:taken])
     if 0 < taken < len(reads):
-        assert not limits.admits(taken + 1, sum(sizes[: taken + 1]))
+        assert not within(limits, reads[: taken + 1])
+
+
+def test_the_trigger_sets_the_budget() -> None:
+    """Trigger.Once reads everything; a ReadMaxFiles Spark passes sets the files, the rest stay."""
+    assert Budget.of(ReadAllAvailable(), 5, 6, 7) == Budget(None, None, None)
+    assert Budget.of(ReadMaxFiles(3), 5, 6, 7) == Budget(3, 6, 7)
 
 
 @given(versions())

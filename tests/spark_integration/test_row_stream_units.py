@@ -12,7 +12,8 @@ from segcat import InvalidArgument, StreamSchemaChanged
 from segcat.catalog.read.changes import FileRead
 from segcat.spark_integration.read_options import SourceOptions
 from segcat.spark_integration.row_batch import OPEN_COST_BYTES, RowsAt, pack
-from segcat.spark_integration.row_stream import Budget, Position, RowStreamReader
+from segcat.spark_integration.row_stream import Position, RowStreamReader
+from segcat.spark_integration.stream_planning import Budget
 from tests.strategies import SETTINGS
 
 SCHEMA = json.dumps(
