@@ -20,12 +20,17 @@ def render(results: dict[str, Any]) -> str:
     rows = [
         ("Spark", f"pyspark {results['pyspark']}, `local[2]` (`si.local_session()`)"),
         ("Peers", f"deltalake {pk['deltalake']}, pyarrow {pk['pyarrow']}"),
+        *([("Note", results["note"])] if results.get("note") else []),
     ]
     out = run_table(results, rows)
     if a := results.get("append"):
         out += ["", *_append(a)]
     if s := results.get("stream"):
         out += ["", *_stream(s)]
+    if b := results.get("backfill"):
+        out += ["", *_backfill(b)]
+    if results.get("targets"):
+        out += ["", *report.targets_table(results["targets"], ms)]
     return "\n".join(out)
 
 
@@ -36,7 +41,33 @@ def details(results: dict[str, Any]) -> str:
         out += _append_parts(a)
     if s := results.get("stream"):
         out += _stream_details(s)
+    if b := results.get("backfill"):
+        out += _backfill_details(b)
     return "\n".join(out)
+
+
+TARGET_ROWS_P50_MS = 150.0
+"""Issue 22: commit → rows of that commit in a memory sink, 100 ms trigger, median."""
+TARGET_BACKFILL_RATIO = 1.0
+"""Issue 22: the segcat rows stream's backfill at least as fast as ``readStream.parquet``."""
+
+
+def evaluate(results: dict[str, Any]) -> None:
+    """The issue's targets for the rows stream, from whichever scenarios ran."""
+    targets = []
+    p50 = report.get(results, "stream", "variants", "rows", "latency_from_log", "median_ms")
+    if p50 is not None:
+        targets.append(
+            report.target("rows stream: commit → rows in a memory sink, p50", p50, TARGET_ROWS_P50_MS, "ms")
+        )
+    queries = report.get(results, "backfill", "queries") or {}
+    for n in report.get(results, "backfill", "params", "max_files_per_trigger") or []:
+        ours = report.get(queries, f"segcat/{n}", "rows_per_s")
+        theirs = report.get(queries, f"parquet/{n}", "rows_per_s")
+        if ours is not None and theirs:
+            what = f"backfill rows/s, segcat ÷ `readStream.parquet` (maxFilesPerTrigger {n:,})"
+            targets.append(report.target(what, round(ours / theirs, 2), TARGET_BACKFILL_RATIO, "×"))
+    results["targets"] = targets
 
 
 def _append(a: dict[str, Any]) -> list[str]:
@@ -102,12 +133,31 @@ def _lat_cells(v: dict[str, Any]) -> tuple[str, ...]:
     return (str(ret["count"]), *first, ms(ret["median_ms"]))
 
 
+DOC_VARIANTS = ("rows", "rows_async", "segcat", "segcat_async")
+"""The variants the doc block shows (the report has every one)."""
+
+
+def _variant_rows(variants: dict[str, Any], keys: tuple[str, ...] | None = None) -> list[tuple[str, ...]]:
+    """One row per variant: its latencies, or the error that stopped it."""
+    rows: list[tuple[str, ...]] = []
+    for key, v in variants.items():
+        if keys is not None and key not in keys:
+            continue
+        if v.get("latency") is None:
+            rows.append((v["label"], "0", f"failed: {v.get('error') or 'not measured'}", "–", "–", "–", "–"))
+        else:
+            rows.append((v["label"], *_lat_cells(v)))
+    return rows
+
+
 def _stream(s: dict[str, Any]) -> list[str]:
     if "variants" not in s:  # a results file from before the variants existed
         t = s["latency"]
-        rows = [("segcat source", str(t["count"]), "–", "–", "–", "–", ms(t["median_ms"]))]
+        rows: list[tuple[str, ...]] = [
+            ("segcat source", str(t["count"]), "–", "–", "–", "–", ms(t["median_ms"]))
+        ]
     else:
-        rows = [(v["label"], *_lat_cells(v)) for v in s["variants"].values()]
+        rows = _variant_rows(s["variants"], DOC_VARIANTS)
     return table(
         (
             f"Commit → row in a memory sink, {s['trigger_ms']} ms trigger",
@@ -133,7 +183,8 @@ def _phase_cells(phases: dict[str, Any]) -> list[str]:
 def _stream_details(s: dict[str, Any]) -> list[str]:
     rows: list[tuple[str, ...]] = []
     for v in (s.get("variants") or {}).values():
-        rows.append((v["label"], *_phase_cells(v["batch_phases_ms"])))
+        if v.get("latency") is not None:
+            rows.append((v["label"], *_phase_cells(v["batch_phases_ms"])))
     for key, ref in s.get("spark_reference", {}).items():
         manager = (
             "Spark's own checkpoint manager"
@@ -145,6 +196,13 @@ def _stream_details(s: dict[str, Any]) -> list[str]:
         )
     poll = s["sink_poll_cost"]
     out = [
+        f"## Commit → row in a memory sink, every variant ({s.get('rows_per_commit', '–')} rows per commit)",
+        "",
+        *table(
+            ("Variant", "Commits", "p50", "p90", "p99", "Max", "p50 from `append`'s return"),
+            _variant_rows(s.get("variants") or {}),
+        ),
+        "",
         "## Micro-batches that carried rows: Spark's `durationMs` per phase (medians, ms)",
         "",
         *table(("Query", *(f"`{k}`" for k in PHASE_ORDER), "`triggerExecution`"), rows),
@@ -167,3 +225,79 @@ def _stream_details(s: dict[str, Any]) -> list[str]:
             "",
         ]
     return out
+
+
+def _backfill(b: dict[str, Any]) -> list[str]:
+    d = b["dataset"]
+    names = {
+        "segcat": '`readStream.format("segcat")` (initial snapshot)',
+        "parquet": "`readStream.parquet(<data dir>)`",
+    }
+    segcat_rate = {
+        q["max_files_per_trigger"]: q["rows_per_s"] for q in b["queries"].values() if q["system"] == "segcat"
+    }
+    rows = []
+    for q in b["queries"].values():
+        n = q["max_files_per_trigger"]
+        if q["wall"] is None:
+            rows.append(
+                (names[q["system"]], f"{n:,}", "–", f"failed: {q['error'] or 'not measured'}", "–", "–")
+            )
+            continue
+        rows.append(
+            (
+                names[q["system"]],
+                f"{n:,}",
+                str(q["batches"]),
+                report.ms(q["wall"]["median_ms"], fine=1, mid=1, seconds_from=10_000),
+                count(q["rows_per_s"]),
+                report.ratio(q["rows_per_s"], segcat_rate.get(n)),
+            )
+        )
+    return table(
+        (
+            f"Backfill of {count(d['rows'])} rows in {count(d['files'])} files ({mb(d['bytes'])}), "
+            "`Trigger.AvailableNow` → `noop`",
+            "maxFilesPerTrigger",
+            "Batches",
+            "Median",
+            "Rows/s",
+            "Rows/s ÷ segcat's",
+        ),
+        rows,
+    )
+
+
+BACKFILL_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def _backfill_details(b: dict[str, Any]) -> list[str]:
+    """Each query's runs, the sum of its batches' phases (median run), the data set and the floor."""
+    d, floor = b["dataset"], b["pyarrow_floor"]
+    rows = []
+    for key, q in b["queries"].items():
+        for i, r in enumerate(q["runs"]):
+            rows.append(
+                (
+                    f"{key} run {i + 1}",
+                    f"{r['wall_ms'] / 1000:,.1f} s",
+                    str(r["batches"]),
+                    *(f"{r['phases_ms'].get(p, 0) / 1000:,.2f}" for p in BACKFILL_PHASES),
+                )
+            )
+        if q.get("error"):
+            rows.append((f"{key}", "failed", q["error"], *("–" for _ in BACKFILL_PHASES)))
+    written = "cached" if d["written_s"] is None else f"written by this run in {d['written_s']:,.1f} s"
+    return [
+        "## Backfill: every run, the sum of its micro-batches' `durationMs` per phase (s)",
+        "",
+        *table(("Query", "Wall", "Batches", *(f"`{p}`" for p in BACKFILL_PHASES)), rows),
+        "",
+        f"Data set: `{d['root']}` ({written}), schema `{d['schema']}`.",
+        "",
+        *table(
+            ("Floor: one process, `pyarrow.parquet.read_table` of every file in turn", "Wall", "Rows/s"),
+            [("", f"{floor['wall_ms'] / 1000:,.1f} s", count(floor["rows_per_s"]))],
+        ),
+        "",
+    ]
