@@ -171,6 +171,21 @@ class IncompatibleSchema(SegcatError, ValueError):
     """
 
 
+class UnsupportedPredicate(SegcatError):
+    """A tombstone (or row filter) whose exact meaning on rows segcat does not model outside Spark:
+    free protocol-1 text, or a column/literal combination whose Spark coercion is not pinned down
+    (docs/PROTOCOL.md §4a). Read such a table with Spark (``si.read``), which applies it itself."""
+
+
+class DataFileMissing(SegcatError):
+    """A data file a version references is gone from storage (vacuumed, or deleted by hand).
+
+    The message names the file and the version that added it; a reader that holds a version
+    lease before it reads (``Table.lease``, ``Table.changes``) never meets it for files vacuum
+    would otherwise have deleted.
+    """
+
+
 class CorruptKeyFrame(SegcatError):
     """A key frame failed its checksum or could not be parsed; fall back to an older one + replay."""
 
@@ -200,6 +215,29 @@ class MissingExtra(SegcatError, ImportError):
     def __init__(self, detail: str, *, extras: tuple[str, ...]) -> None:
         self.extras = extras
         super().__init__(detail)
+
+
+
+# ---------------------------------------------------------------------------- the rows stream
+
+
+class StreamChangeCommit(SegcatError):
+    """A stream of a table's rows met a version that removes rows (``DELETE``, ``REPLACE``, a
+    tombstone, a drop of partitions): an append-only stream cannot say that. The message names
+    the version, its operation and the options that would skip it (``skipChangeCommits``,
+    ``ignoreDeletes``), or the change feed (``readChangeFeed``) that carries deletes."""
+
+
+class StreamSchemaChanged(SegcatError):
+    """A stream of a table's rows met a version whose files hold columns or types the stream's
+    schema (the table's when the query started) cannot carry; restarting the query picks up the
+    new schema. The message names the version, the file and the column."""
+
+
+class StreamDataLoss(SegcatError):
+    """A stream restarted from its checkpoint cannot continue where it stopped: the versions after
+    its position were pruned from the log, or files it must still read were vacuumed. With
+    ``failOnDataLoss=false`` the stream resumes at the earliest position that exists instead."""
 
 
 # ---------------------------------------------------------------------------- exit codes

@@ -50,6 +50,7 @@ def main() -> None:
     spark = session("segcat-stream-follower")
     reader = (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", args.table)
         .option("startingVersion", args.starting_version)
         .options(**si.source_options(table.catalog.config))

@@ -22,13 +22,11 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-import os
 import secrets
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -40,7 +38,7 @@ from segcat.catalog.protocol import bloom
 from segcat.catalog.protocol.column_types import column_type
 from segcat.catalog.protocol.jsonio import segment_to_json
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
-from segcat.catalog.storage.objectstore import TEMP_MARKER, s3_filesystem
+from segcat.catalog.storage.objectstore import TEMP_MARKER, filesystem
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from segcat.catalog.storage.provenance import PROVENANCE_KEYS, read_footer_provenance
 
@@ -153,18 +151,6 @@ def _component(column: str, text: str) -> str:
 
 
 # ---------------------------------------------------------------------------- filesystems
-
-
-def filesystem(root: str, s3_endpoint: str | None, s3_region: str | None) -> tuple[pafs.FileSystem, str]:
-    """The filesystem holding ``root`` and the root in that filesystem's own path syntax."""
-    if root.startswith("s3://"):
-        parsed = urlsplit(root)
-        base = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
-        return s3_filesystem(parsed.netloc, s3_endpoint, s3_region), base
-    if "://" in root:
-        fs, base = pafs.FileSystem.from_uri(root)
-        return fs, base.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(root)
 
 
 def read_provenance(

@@ -25,13 +25,30 @@ from segcat.spark_integration.options import (
     lower_keys,
 )
 
+ROW_STREAM_OPTIONS = (
+    "startingTimestamp",
+    "maxFilesPerTrigger",
+    "maxBytesPerTrigger",
+    "maxRowsPerTrigger",
+    "skipChangeCommits",
+    "ignoreDeletes",
+    "failOnDataLoss",
+)
+"""The options only the rows stream takes (``row_stream``)."""
+VIEWS = ("rows", "versions", "segments")
+
 if TYPE_CHECKING:
     from segcat.spark_integration.version_follower import VersionFollower
 
 DEFAULT_KAFKA_CHECK_MS = 1000
 
 _COMMON_OPTIONS = ("table", "path", "startingVersion", "view")
-_STREAM_OPTIONS = ("maxVersionsPerTrigger", "latestFrom", "kafkaCheckIntervalMs")
+_STREAM_OPTIONS = (
+    "maxVersionsPerTrigger",
+    "latestFrom",
+    "kafkaCheckIntervalMs",
+    *ROW_STREAM_OPTIONS,
+)
 _BATCH_OPTIONS = ("endingVersion", "versionAsOf", "timestampAsOf")
 
 
@@ -89,12 +106,20 @@ class SourceOptions:
 
     @property
     def view(self) -> str:
-        view = (self.get("view") or "").lower()
-        if view and view not in ("versions", "segments"):
-            raise InvalidArgument(f"view must be 'versions' or 'segments', not {view[:40]!r}")
-        if view:
-            return view
-        return "segments" if self.get("versionAsOf") or self.get("timestampAsOf") else "versions"
+        """``rows`` (the default: the table's rows), ``versions`` or ``segments``."""
+        view = (self.get("view") or "rows").strip().lower()
+        if view not in VIEWS:
+            raise InvalidArgument(f"view must be one of {', '.join(VIEWS)}, not {view[:40]!r}")
+        return view
+
+    def bool_option(self, key: str, default: bool) -> bool:
+        raw = self.get(key)
+        if raw is None or raw.strip() == "":
+            return default
+        text = raw.strip().lower()
+        if text not in ("true", "false"):
+            raise InvalidArgument(f"option {key} must be true or false, got {raw[:40]!r}")
+        return text == "true"
 
     def int_option(self, key: str) -> int | None:
         raw = self.get(key)

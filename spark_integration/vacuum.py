@@ -37,7 +37,7 @@ from segcat.catalog.protocol.locations import is_absolute_uri, location_problem,
 from segcat.catalog.read.table import TableReader, Tables
 from segcat.catalog.read.vacuum import Doomed, execute
 from segcat.catalog.read.vacuum import vacuum as core_vacuum
-from segcat.producers.segment_files import filesystem
+from segcat.catalog.storage.objectstore import filesystem
 from segcat.spark_integration.reader import TableRef, table_ref
 
 LISTING_SCHEMA = "path string, size long, mtime_ms long"

@@ -14,7 +14,7 @@ ISO-8601 string (``catalog.read.as_of``), the same everywhere segcat takes a tim
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from segcat.catalog.protocol.rules import Applied
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.read import vacuum as vacuuming
 from segcat.catalog.read.as_of import AsOf, as_of_ms
+from segcat.catalog.read.change_feed import ChangeFeed, open_changes
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease
 from segcat.catalog.read.log_pruning import PruneResult
@@ -154,6 +155,25 @@ class Table:
     def diff(self, from_version: int, to_version: int) -> SnapshotDiff:
         """Segments to load and unload between two versions (both must exist)."""
         return self._reader.diff(from_version, to_version)
+
+    def changes(
+        self, start: int, end: int | None = None, *, columns: Sequence[str] | None = None
+    ) -> ChangeFeed:
+        """The change feed of versions ``start``..``end`` (inclusive; default: the head) as Arrow
+        record batches: the rows each version inserted and deleted, with ``_change_type``
+        (``insert`` / ``delete``), ``_commit_version`` and ``_commit_timestamp``, as Delta's Change
+        Data Feed. Compactions and metadata versions yield no rows. Applying the feed of
+        (a, b] to the rows of a gives the rows of b.
+
+        Planned now (a version lease on ``start - 1`` taken first, every version's files known,
+        tombstones checked), read while iterating; ``with table.changes(...) as feed`` or
+        ``feed.close()`` releases the lease. ``columns`` picks table columns (the three change
+        columns always follow). Errors: ``InvalidArgument`` (a bad ``start`` / ``end`` /
+        ``columns``, ``start`` after ``end``), ``VersionNotFound`` (``end`` past the head),
+        ``VersionExpired`` (versions pruned away), ``UnsupportedPredicate`` (a tombstone only Spark
+        can apply), ``DataFileMissing`` (a file vacuumed before the lease), ``IncompatibleSchema``.
+        """
+        return open_changes(self._reader, start, end, columns)
 
     def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
         """Every accepted version after ``from_version`` (default: the current head), gap-free:

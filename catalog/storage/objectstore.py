@@ -344,3 +344,17 @@ def s3_filesystem(bucket: str, endpoint: str | None, region: str | None) -> pafs
         scheme=scheme,
         endpoint_override=endpoint or None,
     )
+
+
+def filesystem(root: str, s3_endpoint: str | None, s3_region: str | None) -> tuple[pafs.FileSystem, str]:
+    """The filesystem holding ``root`` (a local path, ``s3://bucket/key`` or any URI pyarrow
+    opens) and ``root`` in that filesystem's own path syntax: how executors write segment files
+    and readers outside Spark open them (``catalog.read.changes``)."""
+    if root.startswith("s3://"):
+        parsed = urlsplit(root)
+        base = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+        return s3_filesystem(parsed.netloc, s3_endpoint, s3_region), base
+    if "://" in root:
+        fs, base = pafs.FileSystem.from_uri(root)
+        return fs, base.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(root)

@@ -247,6 +247,7 @@ def test_spark_append_read_and_stream(spark: SparkSession, secure: SecureStack, 
     query = run_to_end(
         lambda: (
             spark.readStream.format("segcat")
+            .option("view", "versions")
             .option("table", name)
             .options(**si.source_options(reader_cfg))
             .load()

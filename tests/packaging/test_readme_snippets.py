@@ -69,7 +69,7 @@ def test_the_spark_snippet_runs_as_written(config: Config, table_name: str, tmp_
     code = snippet("si.write").replace('"sales.daily"', repr(table_name))
     code += """
 assert recent.count() == 1 and recent.first()["id"] == 2
-assert versions.isStreaming
+assert rows.isStreaming and rows.columns == ["id", "day", "amount"]
 spark.stop()
 print("README Spark snippet ok")
 """

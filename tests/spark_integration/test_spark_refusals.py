@@ -60,6 +60,7 @@ def test_partition_values_too_long_for_a_directory_name_are_written_and_read_bac
 def _stream(spark: SparkSession, config: Config, table: str, **options: str) -> DataFrame:
     return (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", table)
         .options(**si.source_options(config))
         .options(**options)
@@ -86,9 +87,9 @@ def _run_stream_error(spark: SparkSession, config: Config, table: str, tmp: Path
 
 def _batch_error(spark: SparkSession, config: Config, table: str, **options: str) -> str:
     try:
-        spark.read.format("segcat").option("table", table).options(**si.source_options(config)).options(
-            **options
-        ).load().collect()
+        spark.read.format("segcat").option("view", "versions").option("table", table).options(
+            **si.source_options(config)
+        ).options(**options).load().collect()
     except Exception as exc:
         return str(exc)
     raise AssertionError(f"the batch read with {options} ran")

@@ -89,6 +89,7 @@ def appends(config: Config, table: Table, count: int, *, rejected: bool = True) 
 def stream(spark: SparkSession, config: Config, table: Table, **options: str) -> DataFrame:
     return (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", table.name.qualified)
         .options(**si.source_options(config))
         .options(**options)
@@ -185,11 +186,18 @@ def test_starting_version_and_batch_views(
     assert sink.versions == versions[2:]
 
     options = si.source_options(config)
-    history = spark.read.format("segcat").option("table", table.name.qualified).options(**options).load()
+    history = (
+        spark.read.format("segcat")
+        .option("view", "versions")
+        .option("table", table.name.qualified)
+        .options(**options)
+        .load()
+    )
     assert [r["version"] for r in history.orderBy("version").collect()] == [CREATED, *versions]
 
     listed = (
         spark.read.format("segcat")
+        .option("view", "segments")
         .option("table", table.name.qualified)
         .option("versionAsOf", str(versions[1]))
         .options(**options)

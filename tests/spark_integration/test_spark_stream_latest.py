@@ -184,6 +184,7 @@ def _run_stream(
     sink = Batches()
     query = (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", table)
         .options(**si.source_options(config))
         .options(**options)

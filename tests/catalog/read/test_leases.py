@@ -463,6 +463,7 @@ class LeasesPerBatch:
 def _stream(spark: SparkSession, config: Config, table: Table) -> DataFrame:
     return (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", table.name.qualified)
         .options(**si.source_options(config))
         .option("maxVersionsPerTrigger", "1")

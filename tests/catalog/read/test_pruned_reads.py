@@ -104,6 +104,7 @@ def test_every_read_path_answers_pruned_versions(
     sink: list[int] = []
     query = (
         spark.readStream.format("segcat")
+        .option("view", "versions")
         .option("table", name)
         .options(**si.source_options(pconfig))
         .option("startingVersion", "0")

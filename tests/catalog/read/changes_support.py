@@ -1,0 +1,46 @@
+"""Small segment files for change-feed tests: written by ``producers.segment_files`` (no Spark)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from segcat import Segment, Table
+from segcat.catalog.protocol.jsonio import segment_from_json
+from segcat.producers.segment_files import FileSpec, write_files
+
+SCHEMA = pa.schema([("k", pa.int64()), ("p", pa.string()), ("x", pa.float64())])
+SPARK_SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "k", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "p", "type": "string", "nullable": True, "metadata": {}},
+            {"name": "x", "type": "double", "nullable": True, "metadata": {}},
+        ],
+    },
+    separators=(",", ":"),
+)
+
+
+def write_segments(
+    table: Table, rows: list[tuple[int | None, str | None, float | None]], *, partitioned: bool = False
+) -> list[Segment]:
+    """``rows`` as segment files under the table's root (one per partition when ``partitioned``)."""
+    data = pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], pa.int64()),
+            "p": pa.array([r[1] for r in rows], pa.string()),
+            "x": pa.array([r[2] for r in rows], pa.float64()),
+        },
+        schema=SCHEMA,
+    )
+    spec = FileSpec(
+        root=table.location(), key_columns=("p",) if partitioned else (), schema_json=SPARK_SCHEMA
+    )
+    out: list[Segment] = []
+    for batch in write_files(iter(data.to_batches()), spec):
+        for text in batch.column("segment").to_pylist():
+            out.append(segment_from_json(json.loads(text)))
+    return out
