@@ -395,9 +395,8 @@ def _stream_once(
         version_of: dict[int, int] = {0: writer.append([_commit_file(writer, 0)])}  # seq → version
         stream = (
             spark.readStream.format("segcat")
-            .option("view", "versions")
             .options(**si.source_options(config))
-            .options(**variant.source)
+            .options(**variant.source)  # the version variants set view=versions
             .option("table", name)
             .load()
         )
