@@ -16,12 +16,14 @@ table over those files (one APPEND of the cached segments, no data written) and 
 both with the same ``maxFilesPerTrigger`` and the same session, in shuffled order per repetition.
 A query's time runs from ``start()`` to the end of ``awaitTermination()`` (the source's planning,
 every micro-batch and its checkpoint); its rows are the sum of the batches' ``numInputRows``,
-checked against the data set. Beside them, in the report: Spark's per-batch phases, and one
-process reading every file with pyarrow (what a single Python worker could do at best).
+checked against the data set. Beside them, in the report: Spark's per-batch phases and each
+query's time to its first trigger, and the floors that say where the time goes (``FLOORS``:
+the same rows read as a batch, by Python workers with no segcat code, and in one process).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import re
@@ -29,6 +31,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,9 +165,15 @@ def error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def _query_result(query: Any, started_ns: int, expected_rows: int) -> dict[str, Any]:
+def _progress_s(stamp: str) -> float:
+    """A progress event's ``timestamp`` (ISO 8601, UTC) as seconds since the epoch."""
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def _query_result(query: Any, started_ns: int, started_s: float, expected_rows: int) -> dict[str, Any]:
     elapsed_ms = (time.perf_counter_ns() - started_ns) / runner.NS_PER_MS
     batches = [p for p in query.recentProgress if p.get("numInputRows")]
+    first_trigger = min((_progress_s(p["timestamp"]) for p in query.recentProgress), default=None)
     rows = sum(int(p["numInputRows"]) for p in batches)
     if rows != expected_rows:
         raise RuntimeError(f"the query read {rows:,} rows, the data set has {expected_rows:,}")
@@ -172,6 +181,9 @@ def _query_result(query: Any, started_ns: int, expected_rows: int) -> dict[str, 
         "wall_ms": round(elapsed_ms, 1),
         "rows": rows,
         "batches": len(batches),
+        "to_first_trigger_ms": None
+        if first_trigger is None
+        else round((first_trigger - started_s) * 1000, 1),
         "phases_ms": {
             phase: round(sum(float(p["durationMs"].get(phase, 0)) for p in batches), 1)
             for phase in (
@@ -190,7 +202,7 @@ def _stream(spark: Any, reader: Any, expected_rows: int) -> dict[str, Any]:
     """``reader`` (a loaded streaming DataFrame) into ``noop`` with ``AvailableNow``, timed to the end."""
     checkpoint = tempfile.mkdtemp(prefix="segcat-bench-backfill-ckpt-")
     try:
-        started = time.perf_counter_ns()
+        started, started_s = time.perf_counter_ns(), time.time()
         query = (
             reader.writeStream.format("noop")
             .option("checkpointLocation", checkpoint)
@@ -198,19 +210,117 @@ def _stream(spark: Any, reader: Any, expected_rows: int) -> dict[str, Any]:
             .start()
         )
         query.awaitTermination()
-        return _query_result(query, started, expected_rows)
+        return _query_result(query, started, started_s, expected_rows)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-def _pyarrow_floor(dataset: Dataset) -> dict[str, Any]:
-    """Every file read whole with ``pyarrow.parquet.read_table`` in this process, one after the other."""
+def _read_files(batch_rows: int) -> Any:
+    """``mapInArrow`` body of the floor: each path of the task's rows read with plain pyarrow,
+    yielded as Arrow batches of at most ``batch_rows`` rows (a file's row group at most)."""
+
+    def read(batches: Any) -> Any:  # nested, so Spark pickles it by value
+        import pyarrow.parquet as _pq
+
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                yield from _pq.ParquetFile(path).iter_batches(batch_size=batch_rows, use_threads=False)
+
+    return read
+
+
+def _read_files_coalesced(rows_target: int) -> Any:
+    """As ``_read_files``, the batches of consecutive files merged up to ``rows_target`` rows."""
+
+    def read(batches: Any) -> Any:
+        import pyarrow as _pa
+        import pyarrow.parquet as _pq
+
+        pending: list[Any] = []
+        held = 0
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                for part in _pq.ParquetFile(path).iter_batches(batch_size=rows_target, use_threads=False):
+                    pending.append(part)
+                    held += part.num_rows
+                    if held >= rows_target:
+                        yield from _pa.Table.from_batches(pending).combine_chunks().to_batches()
+                        pending, held = [], 0
+        if pending:
+            yield from _pa.Table.from_batches(pending).combine_chunks().to_batches()
+
+    return read
+
+
+FLOORS = ("batch_segcat", "batch_parquet", "map_in_arrow", "map_in_arrow_coalesced")
+"""Batch reads into ``noop`` that place the stream's cost: the same rows without the streaming
+machinery, and Python workers yielding Arrow with no segcat code (``mapInArrow``) at all."""
+
+
+def _floors(
+    spark: Any, config: Config, dataset: Dataset, name: str, schema: Any, reps: int
+) -> dict[str, Any]:
+    """Each floor ``reps`` times (after a warm-up), interleaved; then the in-process reads."""
+    import segcat.spark_integration as si
+
+    def segcat_batch() -> Any:
+        return spark.read.format("segcat").options(**si.source_options(config)).option("table", name).load()
+
+    partitions = segcat_batch().rdd.getNumPartitions()
+    paths = spark.createDataFrame([(str(dataset.root / s.path),) for s in dataset.segments], "path string")
+    paths = paths.repartition(partitions).cache()
+    paths.count()
+    frames: dict[str, Callable[[], Any]] = {
+        "batch_segcat": segcat_batch,
+        "batch_parquet": lambda: spark.read.parquet(str(dataset.data_dir)),
+        "map_in_arrow": lambda: paths.mapInArrow(_read_files(65_536), schema),
+        "map_in_arrow_coalesced": lambda: paths.mapInArrow(_read_files_coalesced(131_072), schema),
+    }
+    samples: dict[str, list[float]] = {key: [] for key in FLOORS}
+    for rep in range(-1, reps):
+        order = list(FLOORS)
+        random.Random(rep).shuffle(order)
+        for key in order:
+            frame = frames[key]()
+            start = time.perf_counter_ns()
+            frame.write.format("noop").mode("overwrite").save()
+            if rep >= 0:
+                samples[key].append((time.perf_counter_ns() - start) / runner.NS_PER_MS)
+    paths.unpersist()
+    out: dict[str, Any] = {"partitions": partitions}
+    for key, walls in samples.items():
+        out[key] = {
+            "wall": Timing(walls).to_json(),
+            "rows_per_s": round(dataset.rows / Timing(walls).median_ms * 1000),
+        }
+    out["in_process"] = _in_process(config, dataset, name)
+    return out
+
+
+def _in_process(config: Config, dataset: Dataset, name: str) -> dict[str, Any]:
+    """One process, no Spark: every file with plain pyarrow, and through segcat's own read path
+    (``snapshot_reads`` + ``read_rows``, what each of the source's tasks runs)."""
     import pyarrow.parquet as pq
 
-    start = time.perf_counter_ns()
-    rows = sum(pq.read_table(dataset.root / s.path).num_rows for s in dataset.segments)
-    elapsed_ms = (time.perf_counter_ns() - start) / runner.NS_PER_MS
-    return {"wall_ms": round(elapsed_ms, 1), "rows": rows}
+    from segcat import load_catalog
+    from segcat.catalog.read.changes import arrow_schema, read_rows, snapshot_reads
+    from segcat.spark_integration.row_batch import table_schema
+
+    def pyarrow_files() -> int:
+        return sum(pq.read_table(dataset.root / s.path).num_rows for s in dataset.segments)
+
+    with load_catalog(config).load_table(name) as table:
+        reads = snapshot_reads(table.snapshot())
+    schema = arrow_schema(table_schema(reads, config))
+
+    def segcat_reads() -> int:
+        return sum(batch.num_rows for read in reads for batch in read_rows(read, schema, config))
+
+    out = {}
+    for key, fn in (("pyarrow", pyarrow_files), ("read_rows", segcat_reads)):
+        timing = runner.measure(fn, reps=3, warmup=1)
+        out[key] = {"wall": timing.to_json(), "rows_per_s": round(dataset.rows / timing.median_ms * 1000)}
+    return out
 
 
 def run_backfill(
@@ -301,7 +411,7 @@ def _measure(
                 f"{result['wall_ms'] / 1000:.1f} s, {result['batches']} batches, "
                 f"{dataset.rows / result['wall_ms'] * 1000:,.0f} rows/s"
             )
-    floor = _pyarrow_floor(dataset)
+    floors = _floors(spark, config, dataset, name, schema, params.repetitions)
     out: dict[str, Any] = {}
     for system, n in steps:
         key = f"{system}/{n}"
@@ -318,5 +428,5 @@ def _measure(
         }
     return {
         "queries": out,
-        "pyarrow_floor": {**floor, "rows_per_s": round(floor["rows"] / floor["wall_ms"] * 1000)},
+        "floors": floors,
     }

@@ -19,7 +19,10 @@ def render(results: dict[str, Any]) -> str:
     pk = results["environment"]["packages"]
     rows = [
         ("Spark", f"pyspark {results['pyspark']}, `local[2]` (`si.local_session()`)"),
-        ("Peers", f"deltalake {pk['deltalake']}, pyarrow {pk['pyarrow']}"),
+        (
+            "Peers",
+            (f"deltalake {pk['deltalake']}, " if results.get("append") else "") + f"pyarrow {pk['pyarrow']}",
+        ),
         *([("Note", results["note"])] if results.get("note") else []),
     ]
     out = run_table(results, rows)
@@ -272,32 +275,58 @@ BACKFILL_PHASES = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "ad
 
 
 def _backfill_details(b: dict[str, Any]) -> list[str]:
-    """Each query's runs, the sum of its batches' phases (median run), the data set and the floor."""
-    d, floor = b["dataset"], b["pyarrow_floor"]
+    """Each query's runs (time to the first trigger, the sum of its batches' phases), the floors."""
+    d, floors = b["dataset"], b.get("floors") or {}
     rows = []
     for key, q in b["queries"].items():
         for i, r in enumerate(q["runs"]):
+            first = r.get("to_first_trigger_ms")
             rows.append(
                 (
                     f"{key} run {i + 1}",
                     f"{r['wall_ms'] / 1000:,.1f} s",
                     str(r["batches"]),
+                    "–" if first is None else f"{first / 1000:,.2f}",
                     *(f"{r['phases_ms'].get(p, 0) / 1000:,.2f}" for p in BACKFILL_PHASES),
                 )
             )
         if q.get("error"):
-            rows.append((f"{key}", "failed", q["error"], *("–" for _ in BACKFILL_PHASES)))
+            rows.append((f"{key}", "failed", q["error"], "–", *("–" for _ in BACKFILL_PHASES)))
     written = "cached" if d["written_s"] is None else f"written by this run in {d['written_s']:,.1f} s"
-    return [
-        "## Backfill: every run, the sum of its micro-batches' `durationMs` per phase (s)",
+    out = [
+        "## Backfill: every run; time to its first trigger and its micro-batches' `durationMs` per phase (s)",
         "",
-        *table(("Query", "Wall", "Batches", *(f"`{p}`" for p in BACKFILL_PHASES)), rows),
+        *table(
+            ("Query", "Wall", "Batches", "to first trigger", *(f"`{p}`" for p in BACKFILL_PHASES)),
+            rows,
+        ),
         "",
         f"Data set: `{d['root']}` ({written}), schema `{d['schema']}`.",
         "",
-        *table(
-            ("Floor: one process, `pyarrow.parquet.read_table` of every file in turn", "Wall", "Rows/s"),
-            [("", f"{floor['wall_ms'] / 1000:,.1f} s", count(floor["rows_per_s"]))],
-        ),
-        "",
     ]
+    labels = {
+        "batch_segcat": '`spark.read.format("segcat")` → `noop` (batch: no streaming machinery)',
+        "batch_parquet": "`spark.read.parquet(<data dir>)` → `noop`",
+        "map_in_arrow": "`mapInArrow`: plain pyarrow per file in Python workers, no segcat code → `noop`",
+        "map_in_arrow_coalesced": "the same, consecutive files' batches merged to 131,072 rows",
+    }
+    frows = [
+        (label, ms(floors[k]["wall"]["median_ms"]), count(floors[k]["rows_per_s"]))
+        for k, label in labels.items()
+        if k in floors
+    ]
+    for k, label in (
+        ("pyarrow", "one process, no Spark: `pyarrow.parquet.read_table` of every file"),
+        ("read_rows", "one process, no Spark: segcat's `snapshot_reads` + `read_rows` (a task's code)"),
+    ):
+        if f := (floors.get("in_process") or {}).get(k):
+            frows.append((label, ms(f["wall"]["median_ms"]), count(f["rows_per_s"])))
+    if frows:
+        out += [
+            *table(
+                (f"Where the time goes ({floors.get('partitions', '–')} partitions)", "Median", "Rows/s"),
+                frows,
+            ),
+            "",
+        ]
+    return out
