@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 import segcat.spark_integration as si
 from segcat import Table
 from segcat.catalog.config import Config
+from segcat.catalog.storage.redis import keys
+from segcat.catalog.storage.redis.leases import LeaseStore
 from tests.spark_support import run_to_end, spark
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -67,6 +71,13 @@ class Batches:
     def sizes(self) -> list[int]:
         with self._lock:
             return [len(self.batches[k]) for k in sorted(self.batches) if self.batches[k]]
+
+
+def wait_until(check: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
 
 
 def drain(
@@ -220,3 +231,57 @@ def test_a_new_column_fails_the_stream_until_it_restarts(
     rows = [(r["id"], r["score"]) for r in batch]
     assert rows == [(0, None), (1, None), (5, 1.5)]  # older files read the added column as null
     assert sorted(fresh.ids) == [0, 1, 5]
+
+
+def test_leases_keep_a_batch_s_files_from_vacuum_until_it_is_done(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path
+) -> None:
+    name = table.name.qualified
+    first = write(spark, config, table, range(0, 2))
+    second = write(spark, config, table, range(2, 4))
+    si.compact(spark, name, config=config)  # drops both appends' files inside the batch below
+    last = write(spark, config, table, range(4, 6))
+    store = LeaseStore.from_config(config)
+    seen: list[tuple[set[int], list[int]]] = []
+
+    def vacuum_then_read(df: DataFrame, batch_id: int) -> None:
+        leased = store.leased_versions(name)
+        table.vacuum(grace_ms=0, retain_versions=1)  # would delete the compacted-away files
+        seen.append((leased, sorted(r["id"] for r in df.select("id").collect())))
+
+    try:
+        run_to_end(
+            lambda: (
+                source(spark, config, table, stream=True, startingVersion=str(first))
+                .writeStream.foreachBatch(vacuum_then_read)
+                .option("checkpointLocation", str(tmp_path / "cp"))
+                .trigger(availableNow=True)
+                .start()
+            )
+        )
+        # one batch: the end version, and the versions whose files a later version of it dropped
+        assert seen == [({first, second, last}, list(range(6)))]
+        wait_until(lambda: store.leased_versions(name) == set(), timeout_s=60)  # let go at the end
+    finally:
+        store.client.delete(keys.leases_key(name), keys.lease_info_key(name))
+        store.close()
+
+
+def test_files_vacuumed_while_the_stream_was_down_fail_it_unless_failondataloss_is_false(
+    spark: SparkSession, config: Config, table: Table, tmp_path: Path, caplog: Any
+) -> None:
+    name = table.name.qualified
+    first = write(spark, config, table, range(0, 2))
+    sink = Batches()
+    checkpoint = tmp_path / "cp"
+    drain(spark, config, table, checkpoint, sink, startingVersion=str(first))
+    lost = write(spark, config, table, range(2, 4))
+    si.compact(spark, name, config=config)
+    write(spark, config, table, range(4, 6))
+    table.vacuum(grace_ms=0, retain_versions=1)  # the stream is down: nothing leases `lost`'s files
+
+    error = stream_error(spark, config, table, checkpoint, sink)
+    assert "StreamDataLoss" in error and f"(version {lost})" in error and "failOnDataLoss=false" in error
+    with caplog.at_level(logging.WARNING, logger="segcat.spark.stream"):
+        drain(spark, config, table, checkpoint, sink, failOnDataLoss="false")
+    assert sink.ids == [0, 1, 4, 5]  # the vacuumed version's rows skipped, nothing else
