@@ -265,6 +265,7 @@ _EXIT_CODES: tuple[tuple[type[SegcatError], int], ...] = (
     (TableNotFound, EXIT_NOT_FOUND),
     (TableDropped, EXIT_NOT_FOUND),
     (VersionNotFound, EXIT_NOT_FOUND),
+    (DataFileMissing, EXIT_NOT_FOUND),
     (ServiceUnavailable, EXIT_UNAVAILABLE),
     (NotAuthorized, EXIT_NOT_AUTHORIZED),
 )

@@ -4,7 +4,8 @@ A table's files may have been written with different schemas: a column added lat
 files lack it), or a type widened (``id int`` then ``id long``). Spark's own ``mergeSchema``
 refuses the second and, reading only the files that survive pruning, would not know a column
 only pruned-away files hold. So ``si.read`` reads every scan with *the table's* schema, built
-here from all live files, as Delta's type widening and Iceberg's promotion rules allow:
+here from all live files (the rule itself is the core's, ``catalog.protocol.spark_types``, shared
+with the Arrow readers), as Delta's type widening and Iceberg's promotion rules allow:
 
 - byte → short → int → long; byte, short, int → double; float → double;
 - int types → a decimal with room for their digits; decimal(p, s) → decimal(p', s') with
@@ -29,31 +30,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    ByteType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    MapType,
-    NullType,
-    ShortType,
-    StructField,
-    StructType,
-    TimestampNTZType,
-)
+from pyspark.sql.types import DataType, StructType, _parse_datatype_json_value
 
 from segcat import IncompatibleSchema
+from segcat.catalog.protocol import spark_types
 
-MAX_DECIMAL_PRECISION = 38
-_INTEGRAL_RANK: dict[type[DataType], int] = {ByteType: 1, ShortType: 2, IntegerType: 3, LongType: 4}
-_INTEGRAL_DIGITS: dict[type[DataType], int] = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 20}
-_TO_DOUBLE = (ByteType, ShortType, IntegerType, FloatType)
-"""What Spark 4's Parquet reader reads as a double without losing a digit (not long)."""
+MAX_DECIMAL_PRECISION = spark_types.MAX_DECIMAL_PRECISION
 
 
 @dataclass(frozen=True)
@@ -72,56 +54,17 @@ class _Conflict(Exception):
         self.right = right
 
 
+def _type(value: spark_types.SparkType) -> DataType:
+    return _parse_datatype_json_value(value)
+
+
 def widen(left: DataType, right: DataType, path: str = "", case_sensitive: bool = False) -> DataType:
-    """The narrowest type both ``left`` and ``right`` read as; ``_Conflict`` at ``path`` if none."""
-    if left == right:
-        return left
-    if isinstance(left, NullType):
-        return right
-    if isinstance(right, NullType):
-        return left
-    kinds = (type(left), type(right))
-    if all(kind in _INTEGRAL_RANK for kind in kinds):
-        return left if _INTEGRAL_RANK[type(left)] >= _INTEGRAL_RANK[type(right)] else right
-    if DoubleType in kinds and all(kind in (*_TO_DOUBLE, DoubleType) for kind in kinds):
-        return DoubleType()
-    if FloatType in kinds and all(kind in (FloatType, ByteType, ShortType, IntegerType) for kind in kinds):
-        return DoubleType()
-    if set(kinds) == {DateType, TimestampNTZType}:
-        return TimestampNTZType()
-    decimal = _widen_decimal(left, right)
-    if decimal is not None:
-        return decimal
-    if isinstance(left, StructType) and isinstance(right, StructType):
-        return merge_structs(left, right, path, case_sensitive)
-    if isinstance(left, ArrayType) and isinstance(right, ArrayType):
-        element = widen(left.elementType, right.elementType, f"{path}[]", case_sensitive)
-        return ArrayType(element, left.containsNull or right.containsNull)
-    if isinstance(left, MapType) and isinstance(right, MapType):
-        key = widen(left.keyType, right.keyType, f"{path}.key", case_sensitive)
-        value = widen(left.valueType, right.valueType, f"{path}.value", case_sensitive)
-        return MapType(key, value, left.valueContainsNull or right.valueContainsNull)
-    raise _Conflict(path, left, right)
-
-
-def _as_decimal(kind: DataType) -> DecimalType | None:
-    if isinstance(kind, DecimalType):
-        return kind
-    digits = _INTEGRAL_DIGITS.get(type(kind))
-    return None if digits is None else DecimalType(digits, 0)
-
-
-def _widen_decimal(left: DataType, right: DataType) -> DecimalType | None:
-    if not (isinstance(left, DecimalType) or isinstance(right, DecimalType)):
-        return None
-    a, b = _as_decimal(left), _as_decimal(right)
-    if a is None or b is None:
-        return None
-    scale = max(a.scale, b.scale)
-    whole = max(a.precision - a.scale, b.precision - b.scale)
-    if whole + scale > MAX_DECIMAL_PRECISION:
-        return None
-    return DecimalType(whole + scale, scale)
+    """The narrowest type both ``left`` and ``right`` read as; ``_Conflict`` at ``path`` if none
+    (the core's rule, ``catalog.protocol.spark_types.widen``, on the types' JSON)."""
+    try:
+        return _type(spark_types.widen(left.jsonValue(), right.jsonValue(), path, case_sensitive))
+    except spark_types.Conflict as conflict:
+        raise _Conflict(conflict.path, _type(conflict.left), _type(conflict.right)) from None
 
 
 def merge_structs(
@@ -129,28 +72,11 @@ def merge_structs(
 ) -> StructType:
     """``left``'s fields widened by ``right``'s, then ``right``'s new fields; a field one side
     lacks is nullable (files without it read NULL). Names match as Spark resolves them."""
-
-    def key(name: str) -> str:
-        return name if case_sensitive else name.lower()
-
-    theirs = {key(f.name): f for f in right.fields}
-    mine = {key(f.name) for f in left.fields}
-    fields = []
-    for field in left.fields:
-        other = theirs.get(key(field.name))
-        if other is None:
-            fields.append(StructField(field.name, field.dataType, True, field.metadata))
-            continue
-        kind = widen(field.dataType, other.dataType, _join(path, field.name), case_sensitive)
-        fields.append(StructField(field.name, kind, field.nullable or other.nullable, field.metadata))
-    for field in right.fields:
-        if key(field.name) not in mine:
-            fields.append(StructField(field.name, field.dataType, True, field.metadata))
-    return StructType(fields)
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
+    try:
+        value = spark_types.merge_structs(left.jsonValue(), right.jsonValue(), path, case_sensitive)
+    except spark_types.Conflict as conflict:
+        raise _Conflict(conflict.path, _type(conflict.left), _type(conflict.right)) from None
+    return StructType.fromJson(value)
 
 
 def merged(sources: Sequence[Source], case_sensitive: bool = False) -> StructType:

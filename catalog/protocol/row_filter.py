@@ -178,7 +178,10 @@ class _Evaluator:
             return self._constant(None)
         kind = self._kind(column, values)
         result = self._constant(False)
-        args = in_operands(kind, literals, self.semantics, column)
+        if kind is ColumnType.FLOAT:  # every value compared as a double (Spark's common type)
+            args: list[Operand | None] = [self._operand(kind, v, column, values) for v in literals]
+        else:
+            args = in_operands(kind, literals, self.semantics, column)
         for arg, value in zip(args, literals, strict=True):
             if arg is None:
                 raise _unsupported(column, values.type, value)
@@ -189,6 +192,10 @@ class _Evaluator:
         if kind is ColumnType.FLOAT and pa.types.is_float64(values.type) and _bigint(value):
             # a DOUBLE column and a BIGINT literal: Spark casts the literal to double (exactly
             # Python's rounding); pruning, not knowing float from double, keeps an interval
+            return Operand(DOUBLE, float(value), float(value))  # type: ignore[arg-type]
+        if kind is ColumnType.FLOAT and _plain_decimal(value):
+            # a DECIMAL literal with fewer than 16 digits casts to the one nearest double however
+            # Spark divides (unscaled / 10^scale in doubles is correctly rounded then)
             return Operand(DOUBLE, float(value), float(value))  # type: ignore[arg-type]
         arg = operand(kind, value, self.semantics, column)
         if arg is None:
@@ -263,6 +270,16 @@ def _cast(values: pa.Array, domain: pa.DataType, column: str) -> pa.Array:
 
 def _bigint(value: LiteralValue) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+
+
+def _plain_decimal(value: LiteralValue) -> bool:
+    """A decimal whose unscaled value and power of ten are both exact doubles."""
+    if not isinstance(value, Decimal):
+        return False
+    _, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    unscaled = int("".join(map(str, digits)) or "0")
+    return unscaled < 2**53 and -22 <= exponent <= 0
 
 
 def _folds_to_false(op: str, value: LiteralValue) -> bool:

@@ -31,6 +31,7 @@ _INTEGRAL_DIGITS = {"byte": 3, "short": 5, "integer": 10, "long": 20}
 _TO_DOUBLE = {"byte", "short", "integer", "float"}
 """What Spark 4's Parquet reader reads as a double without losing a digit (not long)."""
 _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)")
+_TEXT = re.compile(r"(?:var)?char\(\s*\d+\s*\)")
 _ARROW = {
     "byte": pa.int8(),
     "short": pa.int16(),
@@ -248,6 +249,8 @@ def to_arrow(value: SparkType) -> pa.DataType:
         decimal = decimal_of(value)
         if decimal is not None:
             return pa.decimal128(*decimal)
+        if _TEXT.fullmatch(value):  # CHAR(n) / VARCHAR(n) columns hold strings
+            return pa.string()
         raise UnknownType(f"no Arrow type for Spark type {value!r}")
     kind = _kind(value)
     if kind == "struct":

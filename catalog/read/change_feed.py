@@ -148,9 +148,9 @@ def open_changes(
     try:
         versions, tracker = _plan(reader, base, last)
         reads = [r for vf in versions if vf.changes_rows for r in (*vf.inserted, *vf.deleted)]
-        check_predicates(reads)
         # the columns of every file read, and of the table at ``end`` (a range of compactions too)
         schema = reads_schema([*reads, *tracker.live_reads()], reader.config)
+        check_predicates(reads, schema)
         names = _columns_argument(columns, schema)
         return ChangeFeed(reader, versions, schema, names, lease)
     except BaseException:

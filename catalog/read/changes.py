@@ -24,6 +24,7 @@ source and change feed (``spark_integration``) read through these same functions
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -228,23 +229,33 @@ class ChangeTracker:
                 raise TypeError("ChangeTracker needs resolve= or root= for a table without a location")
             resolve = resolver(base, lambda: self.state.properties)
         self._resolve = resolve
-        self._schemas: dict[str, int] = {}
-        """Recorded schema JSON → how many live segments carry it (None counted under "")."""
-        for live in self.state.segments.values():
-            self._count(live.segment.schema, 1)
+        self._schemas: dict[str, list[tuple[int, str]]] = {}
+        """Recorded schema JSON ("" for none) → a heap of (added version, segment id) of the live
+        segments carrying it (dropped ones leave lazily): the oldest file of each, cheaply."""
+        self._merged: tuple[tuple[tuple[str, int, str], ...], str | None] | None = None
+        for sid, live in self.state.segments.items():
+            self._add_schema(sid, live)
 
     @property
     def version(self) -> int:
         """The last version observed (the start's, before any)."""
         return self.state.version
 
-    def _count(self, schema: str | None, step: int) -> None:
-        key = "" if schema is None else schema
-        left = self._schemas.get(key, 0) + step
-        if left:
-            self._schemas[key] = left
-        else:
-            self._schemas.pop(key, None)
+    def _add_schema(self, sid: str, live: LiveSegment) -> None:
+        heapq.heappush(self._schemas.setdefault(live.segment.schema or "", []), (live.added_version, sid))
+
+    def _oldest(self) -> list[tuple[str, int, str]]:
+        """(segment id, added version, schema) of the oldest live segment of each recorded schema."""
+        out = []
+        for raw in list(self._schemas):
+            heap = self._schemas[raw]
+            while heap and heap[0][1] not in self.state.segments:
+                heapq.heappop(heap)
+            if not heap:
+                del self._schemas[raw]
+                continue
+            out.append((heap[0][1], heap[0][0], raw))
+        return out
 
     def observe(self, delta: CommitDelta) -> VersionFiles:
         """The rows ``delta`` (the next accepted version) inserts and deletes; then apply it."""
@@ -272,11 +283,9 @@ class ChangeTracker:
                     uri = self._resolve(live.segment.path)
                     for k, predicate in enumerate(new):
                         deleted.append(_file_read(live, uri, (*earlier, *new[:k]), predicate))
-        for sid in commit.drops:
-            self._count(self.state.segments[sid].segment.schema, -1)
         self.state.apply(delta)
         for segment in commit.adds:
-            self._count(segment.schema, 1)
+            self._add_schema(segment.segment_id, self.state.segments[segment.segment_id])
         inserted = tuple(
             _file_read(LiveSegment(s, delta.version), self._resolve(s.path), ()) for s in commit.adds
         )
@@ -295,15 +304,17 @@ class ChangeTracker:
         return snapshot_reads(self.state, self._resolve)
 
     def schema(self) -> str | None:
-        """The table schema of the live files now (``VersionFiles.schema``)."""
-        if not self._schemas or "" in self._schemas:
+        """The table schema of the live files now (``VersionFiles.schema``): their recorded
+        schemas merged, oldest first (as ``si.read`` orders them); None if one records none."""
+        found = [
+            (self._resolve(self.state.segments[sid].segment.path), v, raw) for sid, v, raw in self._oldest()
+        ]
+        oldest = tuple(sorted(found, key=lambda item: (item[1], item[0])))
+        if not oldest or any(raw == "" for _, _, raw in oldest):
             return None
-        oldest: dict[str, int] = {}
-        for live in self.state.segments.values():
-            raw = live.segment.schema
-            if raw is not None and (raw not in oldest or live.added_version < oldest[raw]):
-                oldest[raw] = live.added_version
-        return merged_schema((raw, version, raw) for raw, version in oldest.items())
+        if self._merged is None or self._merged[0] != oldest:
+            self._merged = (oldest, merged_schema(oldest))
+        return self._merged[1]
 
 
 # ---------------------------------------------------------------------------- schemas
@@ -363,7 +374,7 @@ def reads_schema(reads: Iterable[FileRead], config: Config) -> pa.Schema:
         if key in sources:
             continue
         if parsed is None:
-            footer = _open(read, config).schema_arrow
+            footer = file_schema(_open(read, config))
             try:
                 parsed = spark_types.schema_from_arrow(footer)
             except spark_types.UnknownType as exc:
@@ -397,6 +408,25 @@ def _open(read: FileRead, config: Config) -> pq.ParquetFile:
         ) from None
 
 
+def file_schema(parquet: pq.ParquetFile) -> pa.Schema:
+    """The columns of a Parquet file as Spark reads them: an INT96 timestamp (Spark's legacy
+    encoding, which pyarrow reads without a zone) is Spark's TIMESTAMP, an instant."""
+    schema = parquet.schema_arrow
+    for name in _int96_columns(parquet):
+        index = schema.get_field_index(name)
+        schema = schema.set(index, schema.field(index).with_type(pa.timestamp("us", tz="UTC")))
+    return schema
+
+
+def _int96_columns(parquet: pq.ParquetFile) -> list[str]:
+    columns = parquet.schema
+    return [
+        columns.column(i).name
+        for i in range(len(columns))
+        if columns.column(i).physical_type == "INT96" and "." not in columns.column(i).path
+    ]
+
+
 @lru_cache(maxsize=1024)
 def _predicate(text: str) -> Predicate:
     try:  # lenient: what protocols 1 and 2 accepted (a protocol-3 tombstone parses either way)
@@ -408,11 +438,19 @@ def _predicate(text: str) -> Predicate:
         ) from None
 
 
-def check_predicates(reads: Iterable[FileRead]) -> None:
-    """``UnsupportedPredicate`` now for a tombstone no Arrow reader can apply (before any row is read)."""
+def check_predicates(reads: Iterable[FileRead], schema: pa.Schema) -> None:
+    """``UnsupportedPredicate`` now for a tombstone no Arrow reader can apply to ``reads`` read
+    with ``schema`` (before any row is read): each is evaluated once on no rows, with the columns
+    each file recorded (a file without a recorded schema: all of them)."""
+    empty = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+    seen: set[tuple[str, tuple[str, ...] | None]] = set()
     for read in reads:
+        recorded = spark_types.parse_schema(read.file_schema)
+        present = None if recorded is None else tuple(sorted(f["name"] for f in recorded["fields"]))
         for text in (*read.exclude, *(() if read.include is None else (read.include,))):
-            _predicate(text)
+            if (text, present) not in seen:
+                seen.add((text, present))
+                matches(_predicate(text), empty, present)
 
 
 def read_rows(
@@ -428,10 +466,17 @@ def read_rows(
     excludes = [_predicate(t) for t in read.exclude]
     include = None if read.include is None else _predicate(read.include)
     parquet = _open(read, config)
+    instants = _int96_columns(parquet)
     file_columns = {name.lower(): name for name in reversed(parquet.schema_arrow.names)}
     wanted = [file_columns[f.name.lower()] for f in schema if f.name.lower() in file_columns]
     present = [f.name for f in schema if f.name.lower() in file_columns]
     for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted or None, use_threads=False):
+        for name in instants:
+            index = batch.schema.get_field_index(name)
+            if index >= 0:
+                batch = batch.set_column(
+                    index, name, pc.cast(batch.column(index), pa.timestamp("us", tz="UTC"))
+                )
         rows = conform(batch, schema, read)
         keep: np.ndarray | None = None
         if include is not None:
@@ -459,6 +504,8 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema, read: FileRead) -> pa.Reco
 def _widened(values: pa.Array, field: pa.Field, read: FileRead) -> pa.Array:
     if values.type.equals(field.type):
         return values
+    if pa.types.is_struct(values.type) and pa.types.is_struct(field.type):
+        return _struct(values, field, read)
     try:
         source = spark_types.from_arrow(values.type)
         target = spark_types.from_arrow(field.type)
@@ -474,6 +521,23 @@ def _widened(values: pa.Array, field: pa.Field, read: FileRead) -> pa.Array:
         f"column {field.name!r} is {values.type} in {read.uri} (version {read.added_version}) and "
         f'{field.type} in the table; no reader widens one to the other (docs/PROTOCOL.md §4a, "Schemas")'
     )
+
+
+def _struct(values: pa.StructArray, field: pa.Field, read: FileRead) -> pa.Array:
+    """A struct by field, as Spark reads it: fields matched by name, missing ones null, each widened."""
+    target = field.type
+    by_name = {values.type.field(i).name.lower(): i for i in reversed(range(values.type.num_fields))}
+    children = []
+    for k in range(target.num_fields):
+        child = target.field(k)
+        index = by_name.get(child.name.lower())
+        if index is None:
+            children.append(pa.nulls(len(values), child.type))
+        else:
+            inner = values.field(index)  # the child without the parent's validity
+            children.append(_widened(inner, child.with_name(f"{field.name}.{child.name}"), read))
+    fields = [target.field(k) for k in range(target.num_fields)]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
 
 
 def _same_kind(source: pa.DataType, target: pa.DataType) -> bool:

@@ -36,8 +36,21 @@ def write_segments(
         },
         schema=SCHEMA,
     )
+    return write_table(table, data, SPARK_SCHEMA, partitioned=partitioned)
+
+
+def write_table(
+    table: Table, data: pa.Table, schema_json: str, *, partitioned: bool = False
+) -> list[Segment]:
+    """``data`` as segment files recording ``schema_json`` (Spark's JSON of their columns)."""
+    keys = ("p",) if partitioned else ()
+    config = table.catalog.config
     spec = FileSpec(
-        root=table.location(), key_columns=("p",) if partitioned else (), schema_json=SPARK_SCHEMA
+        root=table.location(),
+        s3_endpoint=config.s3_endpoint,
+        s3_region=config.s3_region,
+        key_columns=keys,
+        schema_json=schema_json,
     )
     out: list[Segment] = []
     for batch in write_files(iter(data.to_batches()), spec):

@@ -160,5 +160,8 @@ def test_history_retention_expires_old_versions(
     with pytest.raises(VersionExpired) as caught:
         fresh.snapshot(version=oldest - 1)
     assert caught.value.oldest == oldest and str(oldest) in str(caught.value)
+    with pytest.raises(VersionExpired, match=f"start {oldest}") as feed:  # the feed needs oldest - 1
+        fresh.changes(oldest)
+    assert feed.value.oldest == oldest
     assert fresh.snapshot(version=oldest).version <= oldest
     assert "late" in fresh.snapshot().segment_ids()
