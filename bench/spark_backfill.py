@@ -252,7 +252,7 @@ def _read_files_coalesced(rows_target: int) -> Any:
     return read
 
 
-FLOORS = ("batch_segcat", "batch_parquet", "map_in_arrow", "map_in_arrow_coalesced")
+FLOORS = ("batch_segcat", "batch_parquet", "map_in_arrow", "map_in_arrow_coalesced", "map_in_arrow_jvm_tasks")
 """Batch reads into ``noop`` that place the stream's cost: the same rows without the streaming
 machinery, and Python workers yielding Arrow with no segcat code (``mapInArrow``) at all."""
 
@@ -267,14 +267,17 @@ def _floors(
         return spark.read.format("segcat").options(**si.source_options(config)).option("table", name).load()
 
     partitions = segcat_batch().rdd.getNumPartitions()
-    paths = spark.createDataFrame([(str(dataset.root / s.path),) for s in dataset.segments], "path string")
-    paths = paths.repartition(partitions).cache()
-    paths.count()
+    jvm_partitions = spark.read.parquet(str(dataset.data_dir)).rdd.getNumPartitions()
+    files = spark.createDataFrame([(str(dataset.root / s.path),) for s in dataset.segments], "path string")
+    paths = files.repartition(partitions).cache()
+    jvm_paths = files.repartition(jvm_partitions).cache()
+    paths.count(), jvm_paths.count()
     frames: dict[str, Callable[[], Any]] = {
         "batch_segcat": segcat_batch,
         "batch_parquet": lambda: spark.read.parquet(str(dataset.data_dir)),
         "map_in_arrow": lambda: paths.mapInArrow(_read_files(65_536), schema),
         "map_in_arrow_coalesced": lambda: paths.mapInArrow(_read_files_coalesced(131_072), schema),
+        "map_in_arrow_jvm_tasks": lambda: jvm_paths.mapInArrow(_read_files(65_536), schema),
     }
     samples: dict[str, list[float]] = {key: [] for key in FLOORS}
     for rep in range(-1, reps):
@@ -287,7 +290,8 @@ def _floors(
             if rep >= 0:
                 samples[key].append((time.perf_counter_ns() - start) / runner.NS_PER_MS)
     paths.unpersist()
-    out: dict[str, Any] = {"partitions": partitions}
+    jvm_paths.unpersist()
+    out: dict[str, Any] = {"partitions": partitions, "jvm_partitions": jvm_partitions}
     for key, walls in samples.items():
         out[key] = {
             "wall": Timing(walls).to_json(),

@@ -252,7 +252,7 @@ def _backfill(b: dict[str, Any]) -> list[str]:
                 names[q["system"]],
                 f"{n:,}",
                 str(q["batches"]),
-                report.ms(q["wall"]["median_ms"], fine=1, mid=1, seconds_from=10_000),
+                report.ms(q["wall"]["median_ms"], seconds_from=1_000),
                 count(q["rows_per_s"]),
                 report.ratio(q["rows_per_s"], segcat_rate.get(n)),
             )
@@ -309,9 +309,12 @@ def _backfill_details(b: dict[str, Any]) -> list[str]:
         "batch_parquet": "`spark.read.parquet(<data dir>)` → `noop`",
         "map_in_arrow": "`mapInArrow`: plain pyarrow per file in Python workers, no segcat code → `noop`",
         "map_in_arrow_coalesced": "the same, consecutive files' batches merged to 131,072 rows",
+        "map_in_arrow_jvm_tasks": (
+            f"the same `mapInArrow` in the JVM reader's number of tasks ({floors.get('jvm_partitions', '–')})"
+        ),
     }
     frows = [
-        (label, ms(floors[k]["wall"]["median_ms"]), count(floors[k]["rows_per_s"]))
+        (label, report.ms(floors[k]["wall"]["median_ms"], seconds_from=1_000), count(floors[k]["rows_per_s"]))
         for k, label in labels.items()
         if k in floors
     ]
@@ -320,7 +323,9 @@ def _backfill_details(b: dict[str, Any]) -> list[str]:
         ("read_rows", "one process, no Spark: segcat's `snapshot_reads` + `read_rows` (a task's code)"),
     ):
         if f := (floors.get("in_process") or {}).get(k):
-            frows.append((label, ms(f["wall"]["median_ms"]), count(f["rows_per_s"])))
+            frows.append(
+                (label, report.ms(f["wall"]["median_ms"], seconds_from=1_000), count(f["rows_per_s"]))
+            )
     if frows:
         out += [
             *table(
