@@ -136,7 +136,7 @@ def _lat_cells(v: dict[str, Any]) -> tuple[str, ...]:
     return (str(ret["count"]), *first, ms(ret["median_ms"]))
 
 
-DOC_VARIANTS = ("rows", "rows_async", "segcat", "segcat_async")
+DOC_VARIANTS = ("rows", "segcat", "segcat_async")
 """The variants the doc block shows (the report has every one)."""
 
 
