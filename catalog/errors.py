@@ -231,7 +231,9 @@ class StreamChangeCommit(SegcatError):
 class StreamSchemaChanged(SegcatError):
     """A stream of a table's rows met a version whose files hold columns or types the stream's
     schema (the table's when the query started) cannot carry; restarting the query picks up the
-    new schema. The message names the version, the file and the column."""
+    new schema. The message names the version, the file and the column. Also raised when a stream
+    starts on a table without files and is given no schema (``.schema(...)``): it has none to
+    declare, as Delta refuses to stream a table whose schema is not set."""
 
 
 class StreamDataLoss(SegcatError):

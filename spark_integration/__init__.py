@@ -7,7 +7,8 @@
 - ``read(spark, table, version=..., as_of=..., where=...)``: the live, pruned files of a
   version with soft deletes applied.
 - ``format("segcat")``: the Python data source (``segcat.spark_integration.datasource``), registered
-  by ``register(spark)`` or ``local_session()``.
+  by ``register(spark)`` or ``local_session()``: the table's rows (batch or stream) by default,
+  its versions (``view=versions``) or one snapshot's segments (``view=segments``).
 - ``find_orphans_spark(spark, root, referenced, protected_prefixes, older_than_ms)`` /
   ``delete_files_spark(spark, root, paths)``: vacuum's orphan listing and deletion on the
   executors, for tables of millions of files; ``vacuum(spark, table, …)`` is the whole

@@ -42,9 +42,12 @@ class SegcatDataSource(DataSource):
         """``view=rows``: the version read and its schema, pinned when Spark asks for the schema
         (this object is pickled from there to the planner, so plan and rows agree)."""
 
-    def _rows_at(self) -> RowsAt:
+    def _rows_at(self, given: StructType | None = None) -> RowsAt:
+        """The pinned version and schema; ``given``: the schema Spark hands the reader, which is
+        the user's own (``.schema(...)``) when Spark never asked ``schema()``."""
         if self._rows is None:
-            self._rows = pin_version(self._parsed)
+            pinned = pin_version(self._parsed)
+            self._rows = pinned if given is None else RowsAt(pinned.version, given.json())
         return self._rows
 
     def schema(self) -> StructType | str:
@@ -56,7 +59,7 @@ class SegcatDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         self._parsed.check(streaming=False)
         if self._parsed.view == "rows":
-            return RowsReader(self._parsed, self._rows_at())
+            return RowsReader(self._parsed, self._rows_at(schema))
         if self._parsed.view == "segments":
             return SegmentsReader(self._parsed)
         return HistoryReader(self._parsed)
@@ -64,7 +67,7 @@ class SegcatDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         self._parsed.check(streaming=True)
         if self._parsed.view == "rows":
-            return RowStreamReader(self._parsed, self._rows_at())
+            return RowStreamReader(self._parsed, self._rows_at(schema))
         if self._parsed.view != "versions":
             raise InvalidArgument("a stream of the segcat source emits rows or versions, not segments")
         return VersionStreamReader(self._parsed)

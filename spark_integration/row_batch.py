@@ -130,9 +130,9 @@ def pin_version(options: SourceOptions) -> RowsAt:
         raise InvalidArgument(f"versionAsOf must be ≥ 0, not {version}")
     at = None if timestamp is None else as_of_ms(int(timestamp) if timestamp.isdigit() else timestamp)
     config = options.config()
-    table = load_catalog(config).load_table(options.name)
-    snapshot = table.snapshot(version, as_of=at)
-    return RowsAt(snapshot.version, table_schema(snapshot_reads(snapshot), config))
+    with load_catalog(config) as catalog:
+        snapshot = catalog.load_table(options.name).snapshot(version, as_of=at)
+        return RowsAt(snapshot.version, table_schema(snapshot_reads(snapshot), config))
 
 
 class RowsReader(DataSourceReader):
@@ -152,9 +152,8 @@ class RowsReader(DataSourceReader):
         self._at = at
 
     def partitions(self) -> Sequence[InputPartition]:
-        config = self._options.config()
-        table = load_catalog(config).load_table(self._options.name)
-        reads = snapshot_reads(table.snapshot(self._at.version))
+        with load_catalog(self._options.config()) as catalog:
+            reads = snapshot_reads(catalog.load_table(self._options.name).snapshot(self._at.version))
         return pack(reads)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -195,9 +195,12 @@ class TrackingFollower(VersionFollower):
         return self._after
 
     def forget(self, upto: int) -> None:
+        """Spark is done with every version ≤ ``upto``: free their files, and the drops up to it
+        (a file a later batch reads was added after ``upto``, so no drop up to it concerns it)."""
         super().forget(upto)
         if self._after == upto:
             self._files = {v: vf for v, vf in self._files.items() if v > upto}
+            self.dropped = {uri: v for uri, v in self.dropped.items() if v > upto}
 
 
 @dataclass
@@ -250,6 +253,11 @@ class RowStreamReader(VersionStreamReader):
         super().__init__(options)
         self._at = at
         self._schema = spark_types.parse_schema(at.schema) or {"type": "struct", "fields": []}
+        if not self._schema["fields"]:
+            raise StreamSchemaChanged(
+                f"{options.table} has no files at version {at.version}, so no schema to stream its rows "
+                "with: give the stream one (spark.readStream.schema(...)) or start it after the first write"
+            )
         self._max_files = _positive(options, "maxFilesPerTrigger", DEFAULT_MAX_FILES)
         self._max_bytes = _positive(options, "maxBytesPerTrigger", None)
         self._max_rows = _positive(options, "maxRowsPerTrigger", None)
@@ -288,11 +296,11 @@ class RowStreamReader(VersionStreamReader):
         if timestamp is not None:
             at = as_of_ms(int(timestamp) if timestamp.strip().isdigit() else timestamp)
             assert at is not None
-            table = load_catalog(self._options.config()).load_table(self._options.name)
-            try:  # the versions committed at or after the timestamp, as Delta reads them
-                before = table.resolve_version(as_of=at - 1)
-            except VersionNotFound:
-                before = -1
+            with load_catalog(self._options.config()) as catalog:
+                try:  # the versions committed at or after the timestamp, as Delta reads them
+                    before = catalog.load_table(self._options.name).resolve_version(as_of=at - 1)
+                except VersionNotFound:
+                    before = -1
             return Position(before, True).to_json()
         return Position(self._at.version, False).to_json()
 
@@ -312,9 +320,9 @@ class RowStreamReader(VersionStreamReader):
     def _snapshot_reads(self, version: int) -> tuple[FileRead, ...]:
         """The initial snapshot's files, in their fixed order (cached in the planner)."""
         if self._snapshot is None or self._snapshot[0] != version:
-            table = load_catalog(self._options.config()).load_table(self._options.name)
             try:
-                reads = snapshot_reads(table.snapshot(version))
+                with load_catalog(self._options.config()) as catalog:
+                    reads = snapshot_reads(catalog.load_table(self._options.name).snapshot(version))
             except VersionNotFound as exc:
                 if self._fail_on_loss:
                     raise StreamDataLoss(
@@ -561,8 +569,11 @@ class RowStreamReader(VersionStreamReader):
     def commit(self, end: dict[str, Any]) -> None:
         position = Position.parse(end)
         self._release_upto(position)
-        if self._follower is not None and position.done:
-            self._follow().forget(position.version)
+        if position.done:
+            if self._snapshot is not None and self._snapshot[0] <= position.version:
+                self._snapshot = None  # the initial snapshot is done
+            if self._follower is not None:
+                self._follow().forget(position.version)
 
 
 def _positive(options: SourceOptions, key: str, default: int | None) -> int | None:

@@ -1,6 +1,6 @@
 """The ``segcat`` source's version stream: one row per accepted version (``view=versions``).
 
-Streaming (``spark.readStream.format("segcat").option("table", "ns.t").load()``) emits one
+Streaming (``spark.readStream.format("segcat").option("view", "versions").load("ns.t")``) emits one
 row per ACCEPTED version: version, commit time (the broker's), operation, added and dropped
 segment ids, rows and bytes delta. The source's offset is ``{"version": V}``: every accepted
 version ≤ V has been emitted. Offsets are table versions, so a query restarted from its
@@ -41,9 +41,9 @@ releases its lease on SIGTERM (when nothing else handles that signal there) and 
 would have; a planner killed outright leaves its lease to expire after its TTL. If
 Redis cannot be reached the stream runs on without the lease (one warning).
 
-Batch (``spark.read.format("segcat")``): with ``versionAsOf`` or ``timestampAsOf`` (or
-``view=segments``) it lists that snapshot's segments with their stats, one row each; without
-them it returns the same version rows as the stream (the table's history, optionally between
+Batch (``spark.read.format("segcat")``): with ``view=segments`` (and ``versionAsOf`` or
+``timestampAsOf``) it lists that snapshot's segments with their stats, one row each; with
+``view=versions`` it returns the same version rows as the stream (the table's history, optionally between
 ``startingVersion`` and ``endingVersion``). A data source declares one schema before it knows
 whether it is read as a batch or a stream, so the options, not the caller, choose the view.
 """
