@@ -1,4 +1,4 @@
-"""Spark overhead of segcat: a 100-file append vs plain Parquet vs delta-rs, and stream latency.
+"""Spark overhead of segcat: a 100-file append vs plain Parquet vs delta-rs, streams of versions and rows.
 
     .venv/bin/python -m bench.spark_overhead            # full run, updates docs/BENCHMARKS.md
     .venv/bin/python -m bench.spark_overhead --quick    # smoke test: small sizes, doc untouched
@@ -16,15 +16,21 @@ Scenarios (full / quick), all in one run and one Spark session (``si.local_sessi
    - ``deltalake.write_deltalake(path, arrow)`` from the same rows collected to Arrow with
      ``df.toArrow()`` *outside* the timing (zstd too);
    - the footer-stats cost alone: ``segment_from_parquet`` over the 100 files segcat wrote.
-2. ``stream``: commit → row in a memory sink: ``readStream.format("segcat")`` →
+2. ``stream``: commit → rows of that commit in a memory sink: ``readStream.format("segcat")`` →
    ``format("memory")`` with a 100 ms processing-time trigger, a materializer process following
-   the tables (the source reads the materialized head from Redis); 3 / 1 rounds × 15 / 8
-   one-segment appends via ``Table.append``, one at a time, per variant (``STREAM_VARIANTS``:
-   ``si.local_session()`` as it comes (the ``FileSystem``-based checkpoint manager), Spark's
-   own ``FileContext``-based one, ``latestFrom=kafka``, async
-   progress tracking), interleaved in shuffled order; the latency of a version is when a poll
-   of the sink first sees it minus the return of ``append``. Spark's own per-batch cost is
-   measured alongside with the JVM ``rate-micro-batch`` source into the same sink.
+   the tables (the source reads the materialized head from Redis); 4 / 1 rounds × 25 / 8
+   appends via ``Table.append`` of one real 10-row file each (``_commit_file``), one at a time,
+   per variant (``STREAM_VARIANTS``: the rows stream, the source's default, and today's
+   version stream ``view=versions`` as the peer; each with ``si.local_session()`` as it comes
+   and with async progress tracking; the version stream also with Spark's own checkpoint
+   manager and ``latestFrom=kafka``), interleaved in shuffled order; the latency of a version is
+   when a poll of the sink first sees it minus the broker's append time, and minus the return
+   of ``append``. Spark's own per-batch cost is measured alongside with the JVM
+   ``rate-micro-batch`` source into the same sink.
+3. ``backfill``: a 10,000,000 / 200,000-row table of 1,000 / 20 files, cached between runs,
+   streamed from the start with ``Trigger.AvailableNow`` into ``noop`` by the segcat source and
+   by Spark's own ``readStream.parquet`` over the same files, with the same
+   ``maxFilesPerTrigger`` (1,000 and 100 / 20 and 5), 3 / 1 repetitions (``spark_backfill``).
 
 Results go to ``bench/results/spark-overhead-<UTC time>.json`` and, for full runs, to the
 ``spark-overhead`` section of docs/BENCHMARKS.md (tables: ``spark_doc``).
@@ -33,11 +39,11 @@ Results go to ``bench/results/spark-overhead-<UTC time>.json`` and, for full run
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +54,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import runner, spark_doc
+from bench import runner, spark_backfill, spark_doc, spark_materializer
 from bench.runner import Context, Results, Timing, progress, timed
 from segcat.catalog.config import Config
 from segcat.catalog.log.topics import TopicAdmin
@@ -69,7 +75,7 @@ class Params:
 
     @classmethod
     def of(cls, quick: bool) -> Params:
-        return cls(4, 1_000, 2, 1, 8, 100, 5, 10) if quick else cls(100, 10_000, 7, 3, 15, 100, 5, 30)
+        return cls(4, 1_000, 2, 1, 8, 100, 5, 10) if quick else cls(100, 10_000, 7, 4, 25, 100, 5, 30)
 
 
 def dir_stats(path: Path) -> dict[str, int]:
@@ -261,73 +267,94 @@ class StreamVariant:
     spark_conf: dict[str, str]
     sink: dict[str, str]
 
+    @property
+    def rows(self) -> bool:
+        """Whether the query streams the table's rows (the source's default view), not its versions."""
+        return "view" not in self.source
 
+
+VERSIONS = {"view": "versions"}
 STREAM_VARIANTS = (
     StreamVariant(
-        "segcat",
-        "segcat source, `si.local_session()` as it comes (`FileSystemBasedCheckpointFileManager`)",
+        "rows",
+        'rows (`readStream.format("segcat")`), `si.local_session()` as it comes',
         {},
+        dict([FS_CHECKPOINTS]),
+        {},
+    ),
+    StreamVariant(
+        "rows_async",
+        "rows + `asyncProgressTrackingEnabled`",
+        {},
+        dict([FS_CHECKPOINTS]),
+        {"asyncProgressTrackingEnabled": "true"},
+    ),
+    StreamVariant(
+        "segcat",
+        "versions (`view=versions`), `si.local_session()` as it comes",
+        VERSIONS,
         dict([FS_CHECKPOINTS]),
         {},
     ),
     StreamVariant(
         "segcat_spark_checkpoints",
-        "segcat source, Spark's own checkpoint manager (`FileContextBasedCheckpointFileManager`)",
-        {},
+        "versions, Spark's own checkpoint manager (`FileContextBasedCheckpointFileManager`)",
+        VERSIONS,
         dict([SPARK_CHECKPOINTS]),
         {},
     ),
     StreamVariant(
         "segcat_kafka_fs_checkpoint",
-        "segcat source + `FileSystemBasedCheckpointFileManager`, `latestFrom=kafka` (Kafka's end "
-        "every trigger)",
-        {"latestFrom": "kafka"},
+        "versions, `latestFrom=kafka` (Kafka's end every trigger)",
+        {**VERSIONS, "latestFrom": "kafka"},
         dict([FS_CHECKPOINTS]),
         {},
     ),
     StreamVariant(
         "segcat_async",
-        "segcat source + `FileSystemBasedCheckpointFileManager` + `asyncProgressTrackingEnabled`",
-        {},
+        "versions + `asyncProgressTrackingEnabled`",
+        VERSIONS,
         dict([FS_CHECKPOINTS]),
         {"asyncProgressTrackingEnabled": "true"},
     ),
 )
+"""The keys of the version-stream variants are those of the runs before the rows stream existed,
+so ``--baseline`` compares like with like."""
+
+ROWS_PER_COMMIT = 10
 
 
-def _spawn_materializer(config: Config, pattern: str) -> subprocess.Popen[bytes]:
-    """The materializer as deployed: a process of its own, following only this run's stream tables."""
-    env = {
-        **os.environ,
-        "SEGCAT_BOOTSTRAP_SERVERS": config.bootstrap_servers,
-        "SEGCAT_REDIS_URL": config.redis_url,
-        "SEGCAT_WAREHOUSE": config.warehouse,
-    }
-    args = ["--pattern", pattern, "--group", f"bench-stream-{uuid.uuid4().hex[:8]}", "--instance-id", ""]
-    return subprocess.Popen(
-        [sys.executable, "-m", "segcat.materializer", *args, "--metrics-port", "0"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def _commit_file(writer: Any, seq: int) -> Segment:
+    """One real Parquet file of ``ROWS_PER_COMMIT`` rows tagged ``seq``, written and described as
+    ``si.write``'s tasks do (``write_files``: footer stats, the Spark schema), ready to append."""
+    import pyarrow as pa
+
+    from segcat.catalog.protocol.jsonio import segment_from_json
+    from segcat.producers.segment_files import FileSpec, write_files
+
+    rows = pa.table(
+        {
+            "seq": pa.array([seq] * ROWS_PER_COMMIT, pa.int64()),
+            "id": pa.array(range(ROWS_PER_COMMIT), pa.int64()),
+            "payload": pa.array([f"row-{seq}-{i}" for i in range(ROWS_PER_COMMIT)], pa.string()),
+        }
     )
+    spec = FileSpec(root=writer.location(), schema_json=_COMMIT_SCHEMA_JSON, table=writer.name.qualified)
+    (batch,) = write_files(iter(rows.to_batches()), spec)
+    (raw,) = batch.column(0).to_pylist()
+    return segment_from_json(json.loads(raw))
 
 
-def _wait_for_heads(config: Config, offsets: dict[str, int], limit_s: float = 120.0) -> None:
-    from segcat.catalog.storage.redis import RedisStore
-
-    store = RedisStore.from_config(config)
-    deadline = time.monotonic() + limit_s
-    try:
-        for name, offset in offsets.items():
-            while True:
-                head = store.head(name)
-                if head is not None and head.offset >= offset:
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the materializer did not reach offset {offset} of {name}")
-                time.sleep(0.05)
-    finally:
-        store.close()
+_COMMIT_SCHEMA_JSON = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": n, "type": t, "nullable": True, "metadata": {}}
+            for n, t in (("seq", "long"), ("id", "long"), ("payload", "string"))
+        ],
+    }
+)
+"""The Spark schema of ``_commit_file``'s rows, as ``StructType.json()`` writes it."""
 
 
 def _set_conf(spark: Any, conf: dict[str, str]) -> dict[str, str | None]:
@@ -352,7 +379,10 @@ def _stream_once(
     spark: Any, config: Config, params: Params, name: str, variant: StreamVariant, seed: int
 ) -> tuple[list[float], list[float], list[dict[str, Any]]]:
     """One query on ``name``: warm-up commits, then ``stream_commits_per_round`` timed ones; the
-    latencies from ``append``'s return and from the broker's append time, and the batches' progress."""
+    latencies from ``append``'s return and from the broker's append time, and the batches' progress.
+
+    Every commit adds one real file (``_commit_file``), whichever the view, so the rows and the
+    version variants see the same commits."""
     import segcat.spark_integration as si
     from segcat import load_catalog
 
@@ -362,15 +392,20 @@ def _stream_once(
     writer = load_catalog(config).load_table(name)
     query = None
     try:
-        first = writer.append([_tiny_segment(0)])  # so the query has something to start on
-        query = (
+        version_of: dict[int, int] = {0: writer.append([_commit_file(writer, 0)])}  # seq → version
+        stream = (
             spark.readStream.format("segcat")
-            .option("view", "versions")
             .options(**si.source_options(config))
-            .options(**variant.source)
+            .options(**variant.source)  # the version variants set view=versions
             .option("table", name)
             .load()
-            .writeStream.format("memory")
+        )
+        # versions: the row's version (column 1 of VERSIONS_SCHEMA); rows: the file's seq → version
+        column = stream.columns.index("seq") if variant.rows and "seq" in stream.columns else None
+        if variant.rows and column is None:
+            raise RuntimeError(f"the segcat source streams {', '.join(stream.columns[:3])}, …, not rows")
+        query = (
+            stream.writeStream.format("memory")
             .queryName(sink)
             .options(**variant.sink)
             .option("checkpointLocation", checkpoint)
@@ -378,45 +413,56 @@ def _stream_once(
             .start()
         )
 
-        rows_seen: dict[int, int] = {}
+        rows_read = 0
+        seen_at: dict[int, tuple[int, float]] = {}  # version → (perf ns, wall ms) of the first poll with it
         memory_sink = query._jsq.streamingQuery().sink()  # the MemorySink the query appends to
 
-        def seen() -> dict[int, int]:
-            """Version → the broker's append time (ms) of every row in the sink so far. Read from the
-            ``MemorySink`` over py4j (a few ms, no Spark job): a ``spark.sql`` poll is a job of its
-            own (30-250 ms on this machine) and, every few ms, would compete with the stream."""
+        def poll() -> None:
+            """Note the versions that reached the sink. Read from the ``MemorySink`` over py4j (a few
+            ms, no Spark job): a ``spark.sql`` poll is a job of its own (30-250 ms on this machine)
+            and, every few ms, would compete with the stream."""
+            nonlocal rows_read
             data = memory_sink.allData()
-            for i in range(len(rows_seen), int(data.size())):
-                row = data.apply(i)  # VERSIONS_SCHEMA: version is column 1, timestamp column 3
-                rows_seen[int(row.getLong(1))] = int(row.get(3).getTime())
-            return rows_seen
+            size = int(data.size())
+            now = (time.perf_counter_ns(), time.time() * 1000)
+            for i in range(rows_read, size):
+                row = data.apply(i)
+                version = version_of[int(row.getLong(column))] if column is not None else int(row.getLong(1))
+                seen_at.setdefault(version, now)
+            rows_read = size
 
-        def wait_for(version: int, limit_s: float = 120.0) -> tuple[int, float]:
-            """When a poll first saw ``version`` (``perf_counter_ns``), and how long after the broker
-            appended its record (ms, wall clock: broker and benchmark share the machine's clock)."""
+        def wait_for(version: int, limit_s: float = 120.0) -> int:
+            """When a poll first saw ``version`` (``perf_counter_ns``)."""
             deadline = time.monotonic() + limit_s
             while time.monotonic() < deadline:
-                rows = seen()
-                if version in rows:
-                    return time.perf_counter_ns(), time.time() * 1000 - rows[version]
+                poll()
+                if version in seen_at:
+                    return seen_at[version][0]
                 time.sleep(params.poll_interval_ms / 1000)
             raise TimeoutError(f"version {version} not in the sink after {limit_s} s")
 
-        wait_for(first)
+        def commit(seq: int) -> tuple[int, int]:
+            """Append ``seq``'s file (written first, untimed); its version and when ``append`` returned."""
+            segment = _commit_file(writer, seq)
+            version_of[seq] = version = writer.append([segment])
+            return version, time.perf_counter_ns()
+
+        wait_for(version_of[0])
         for i in range(3):  # warm-up commits, untimed
-            wait_for(writer.append([_tiny_segment(1000 + i)]))
+            wait_for(commit(1000 + i)[0])
         started = len(query.recentProgress)
         rng = random.Random(seed)
+        timed_versions: list[int] = []
         latencies: list[float] = []
-        from_log: list[float] = []
         for i in range(params.stream_commits_per_round):
             time.sleep(rng.uniform(0, params.trigger_ms / 1000))  # do not lock onto the trigger
-            version = writer.append([_tiny_segment(i + 1)])
-            committed = time.perf_counter_ns()
-            visible, after_append_ms = wait_for(version)
-            latencies.append((visible - committed) / runner.NS_PER_MS)
-            from_log.append(after_append_ms)
+            version, committed = commit(i + 1)
+            latencies.append((wait_for(version) - committed) / runner.NS_PER_MS)
+            timed_versions.append(version)
         progress_rows = [p for p in query.recentProgress[started:] if p.get("numInputRows")]
+        # from the broker's append time (LogAppendTime; broker and benchmark share the clock)
+        appended = {entry.version: entry.timestamp_ms for entry in writer.history()}
+        from_log = [seen_at[v][1] - appended[v] for v in timed_versions]
         return latencies, from_log, progress_rows
     finally:
         if query is not None:
@@ -474,22 +520,30 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
             catalog.create_table(name)  # all before the materializer subscribes to their pattern
             created.append(name)
             tables[rnd, variant.key] = name
-    materializer = _spawn_materializer(config, rf"^segcat\.bench\.stream_{run_id}_.*")
+    materializer = spark_materializer.spawn(config, rf"^segcat\.bench\.stream_{run_id}_.*")
     latencies: dict[str, list[float]] = defaultdict(list)
     from_log: dict[str, list[float]] = defaultdict(list)
     round_log_p50: dict[str, list[float]] = defaultdict(list)
     round_p50: dict[str, list[float]] = defaultdict(list)
     progress_rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    errors: dict[str, str] = {}
     try:
-        _wait_for_heads(config, {name: 0 for name in tables.values()})
+        spark_materializer.wait_for_heads(config, {name: 0 for name in tables.values()})
         progress(f"materializer up for {len(tables)} tables")
         for rnd in range(params.stream_rounds):
             order = list(STREAM_VARIANTS)
             random.Random(rnd).shuffle(order)
             for variant in order:
-                lat, log_lat, rows = _stream_once(
-                    spark, config, params, tables[rnd, variant.key], variant, rnd
-                )
+                if variant.key in errors:
+                    continue
+                try:
+                    lat, log_lat, rows = _stream_once(
+                        spark, config, params, tables[rnd, variant.key], variant, rnd
+                    )
+                except Exception as exc:  # the other variants (the peers) are measured all the same
+                    errors[variant.key] = spark_backfill.error_line(exc)
+                    progress(f"stream variant {variant.key} failed: {errors[variant.key]}")
+                    continue
                 latencies[variant.key] += lat
                 from_log[variant.key] += log_lat
                 round_p50[variant.key].append(statistics.median(lat))
@@ -510,23 +564,22 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
             "fs_checkpoint": _spark_reference(spark, params, dict([FS_CHECKPOINTS])),
         }
     finally:
-        materializer.terminate()
-        try:
-            materializer.wait(30)
-        except subprocess.TimeoutExpired:
-            materializer.kill()
-    variants = {}
+        spark_materializer.stop(materializer)
+    variants: dict[str, Any] = {}
     for variant in STREAM_VARIANTS:
         rows = progress_rows[variant.key]
         batch_ms = [float(p["durationMs"].get("triggerExecution", 0)) for p in rows]
+        measured = bool(latencies[variant.key])
         variants[variant.key] = {
             "label": variant.label,
+            "view": "rows" if variant.rows else "versions",
             "source_options": variant.source,
             "spark_conf": variant.spark_conf,
             "sink_options": variant.sink,
-            "latency": Timing(latencies[variant.key]).to_json(),
+            "error": errors.get(variant.key),
+            "latency": Timing(latencies[variant.key]).to_json() if measured else None,
             "round_p50_ms": [round(x, 1) for x in round_p50[variant.key]],
-            "latency_from_log": Timing(from_log[variant.key]).to_json(),
+            "latency_from_log": Timing(from_log[variant.key]).to_json() if measured else None,
             "round_log_p50_ms": [round(x, 1) for x in round_log_p50[variant.key]],
             "batch_trigger_execution_ms": Timing(batch_ms).to_json() if batch_ms else None,
             "batch_phases_ms": _phases(rows),
@@ -546,6 +599,7 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
         "batch_phases_ms": head["batch_phases_ms"],
         "variants": variants,
         "spark_reference": reference,
+        "rows_per_commit": ROWS_PER_COMMIT,
     }
 
 
@@ -559,6 +613,8 @@ def run(ctx: Context) -> Results:
     spark = si.local_session("segcat-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
     out: Results = {"params": asdict(params), "pyspark": runner.package_version("pyspark")}
+    if ctx.args.note:
+        out["note"] = ctx.args.note
     created: list[str] = []
     try:
         if "append" in ctx.only:
@@ -569,6 +625,12 @@ def run(ctx: Context) -> Results:
             out["stream"] = run_stream(spark, config, params, created)
             if ctx.args.baseline:
                 out["stream"]["baselines"] = [_baseline(Path(p)) for p in ctx.args.baseline]
+        if "backfill" in ctx.only:
+            progress("3. backfill")
+            backfill = spark_backfill.BackfillParams.of(ctx.quick)
+            out["backfill"] = spark_backfill.run_backfill(
+                spark, config, backfill, ctx.args.backfill_cache, created
+            )
     finally:
         spark.stop()
         if ctx.args.keep:
@@ -601,6 +663,18 @@ def _baseline(path: Path) -> dict[str, Any]:
 
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--note",
+        metavar="TEXT",
+        help="what the run table should say about the run (e.g. other work sharing the machine)",
+    )
+    parser.add_argument(
+        "--backfill-cache",
+        type=Path,
+        default=spark_backfill.DATASET_ROOT,
+        metavar="DIR",
+        help="where the backfill data set is kept between runs (default: %(default)s)",
+    )
+    parser.add_argument(
         "--baseline",
         action="append",
         type=Path,
@@ -612,11 +686,15 @@ def options(parser: argparse.ArgumentParser) -> None:
 BENCHMARK = runner.Benchmark(
     name="spark-overhead",
     module="bench.spark_overhead",
-    description="Spark overhead of segcat: a 100-file append vs plain Parquet and delta-rs, stream latency.",
-    scenarios=("append", "stream"),
+    description=(
+        "Spark overhead of segcat: a 100-file append vs plain Parquet and delta-rs, stream latency, "
+        "a backfill stream vs readStream.parquet."
+    ),
+    scenarios=("append", "stream", "backfill"),
     run=run,
     render=spark_doc.render,
     details=spark_doc.details,
+    evaluate=spark_doc.evaluate,
     options=options,
     command_prefix="SPARK_LOCAL_IP=127.0.0.1 ",
     wait_for_others_s=600.0,

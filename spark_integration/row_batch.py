@@ -12,7 +12,10 @@ come from one version even while commits land.
 small file; files are packed, in the snapshot's order, into partitions of up to
 ``TARGET_PARTITION_BYTES`` (each file counting at least ``OPEN_COST_BYTES``, as Spark's own
 file sources count ``spark.sql.files.openCostInBytes``), and never fewer partitions than files
-or ``MIN_PARTITIONS`` allow, so a small table still reads in parallel.
+or ``MIN_PARTITIONS`` allow, so a small table still reads in parallel. A Python task costs far
+more to start than a file costs to open inside one (``bench.spark_overhead``'s backfill floors
+read the same files in more and fewer tasks), so a file counts for less than Spark's 4 MiB and
+the tasks are fewer and larger than the JVM reader's over the same files.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ if TYPE_CHECKING:
 
 TARGET_PARTITION_BYTES = 128 * 1024 * 1024
 """Spark's ``spark.sql.files.maxPartitionBytes`` default."""
-OPEN_COST_BYTES = 4 * 1024 * 1024
-"""Spark's ``spark.sql.files.openCostInBytes`` default: what opening one file is worth."""
-MIN_PARTITIONS = 2
-"""Files are spread over at least this many tasks when there are that many."""
+OPEN_COST_BYTES = 256 * 1024
+"""What opening one file is worth inside a task (Spark's ``openCostInBytes`` is 4 MiB, sized
+for the JVM's tasks)."""
+MIN_PARTITIONS = 8
+"""Files are spread over at least this many tasks when there are that many: a small table
+still keeps a few executor cores busy."""
 
 EMPTY_SCHEMA = json.dumps({"type": "struct", "fields": []})
 
