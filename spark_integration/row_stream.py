@@ -38,6 +38,12 @@ restart whose position the log no longer holds (pruned history), or whose files 
 while the query was down, fails with ``StreamDataLoss``; with ``failOnDataLoss=false`` it
 resumes at the earliest position that exists and logs a warning naming what it skipped.
 
+**Small batches skip the task's Python worker.** A batch that fits one task and holds at most
+``PLANNER_READ_ROWS`` rows is read by the planner itself, with the tasks' own code
+(``read_partition``), and its Arrow batches reach the JVM with the plan (``getCache``, as the
+version stream hands over its rows): starting a Python worker for the task would be most of a
+small batch's time. A larger batch, or one Spark plans again later, is read by its tasks.
+
 How far the log goes at each trigger, the Redis head as a hint, the leases' release on SIGTERM
 and ``Trigger.AvailableNow`` come from the version stream (``version_stream``), whose planner
 this one extends; the versions and their files come from ``stream_planning`` (its
@@ -133,6 +139,10 @@ class Position:
         return cls(version, not starting, index if starting else -1)
 
 
+PLANNER_READ_ROWS = 10_000
+"""A batch of one task and at most this many rows is read by the planner (module docstring)."""
+
+
 # ---------------------------------------------------------------------------- the planner
 
 
@@ -152,6 +162,8 @@ class RowStreamReader(VersionStreamReader):
             )
         super().__init__(options)
         self._at = at
+        self._small: tuple[Position, Position, tuple[FileRead, ...]] | None = None
+        """(start, end, files) of the small batch planned last, for ``getCache``."""
         self._schema = spark_types.parse_schema(at.schema) or {"type": "struct", "fields": []}
         if not self._schema["fields"]:
             raise StreamSchemaChanged(
@@ -178,6 +190,7 @@ class RowStreamReader(VersionStreamReader):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_leases"] = []
+        state["_small"] = None  # the partitions carry their files
         return state
 
     def _follow(self) -> TrackingFollower:
@@ -378,8 +391,10 @@ class RowStreamReader(VersionStreamReader):
                 leased.add(version)  # its files are gone from the end version: lease it too
         self._hold_all(last, sorted(leased))
         reads = self._present(reads, first, last)
-        self._planned = None
-        return pack(reads)
+        packed = pack(reads)
+        small = len(packed) == 1 and sum(r.row_count for r in reads) <= PLANNER_READ_ROWS
+        self._small = (first, last, packed[0].reads) if small else None
+        return packed
 
     def _present(self, reads: list[FileRead], first: Position, last: Position) -> list[FileRead]:
         """``reads`` whose files exist; a file a later version dropped may have been vacuumed while
@@ -414,7 +429,14 @@ class RowStreamReader(VersionStreamReader):
         return [r for r in reads if r.uri not in gone]
 
     def getCache(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any] | None:
-        return None  # rows are read by the tasks (Arrow batches), never handed over with the plan
+        """The rows of the small batch ``partitions`` just planned, read here and handed to the JVM
+        with the plan; None for anything else (its tasks read it)."""
+        small = self._small
+        self._small = None
+        if small is None or (small[0], small[1]) != (Position.parse(start), Position.parse(end)):
+            return None
+        batches = list(read_partition(small[2], arrow_schema(self._at.schema), self._options.config()))
+        return iter(batches) if batches else None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilesPartition)
