@@ -50,16 +50,15 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import runner, spark_backfill, spark_doc, spark_materializer
 from bench.runner import Context, Results, Timing, progress, timed
+from bench.spark_workspace import spark_workspace
 from segcat.catalog.config import Config
-from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
-from segcat.catalog.protocol.names import table_name
 
 
 @dataclass(frozen=True)
@@ -604,19 +603,12 @@ def run_stream(spark: Any, config: Config, params: Params, created: list[str]) -
 
 
 def run(ctx: Context) -> Results:
-    import segcat.spark_integration as si
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     params = Params.of(ctx.quick)
-    work = Path(tempfile.mkdtemp(prefix="segcat-bench-spark-"))
-    config = replace(ctx.config, warehouse=str(work / "warehouse"))
-    spark = si.local_session("segcat-bench-spark")
-    spark.sparkContext.setLogLevel("ERROR")
     out: Results = {"params": asdict(params), "pyspark": runner.package_version("pyspark")}
     if ctx.args.note:
         out["note"] = ctx.args.note
-    created: list[str] = []
-    try:
+    with spark_workspace(ctx, "spark") as ws:
+        spark, config, work, created = ws.spark, ws.config, ws.work, ws.created
         if "append" in ctx.only:
             progress("1. append")
             out["append"] = run_append(spark, config, params, work, created)
@@ -631,15 +623,6 @@ def run(ctx: Context) -> Results:
             out["backfill"] = spark_backfill.run_backfill(
                 spark, config, backfill, ctx.args.backfill_cache, created
             )
-    finally:
-        spark.stop()
-        if ctx.args.keep:
-            progress(f"kept tables {created} and the warehouse {work}")
-        else:
-            admin = TopicAdmin(config)
-            for name in created:
-                admin.delete(table_name(name))
-            shutil.rmtree(work, ignore_errors=True)
     return out
 
 

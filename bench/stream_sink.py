@@ -25,24 +25,20 @@ Results go to ``bench/results/stream-sink-<UTC time>.json`` and, for full runs, 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import report, runner
 from bench.report import count, run_table, table
 from bench.runner import Context, Results, progress
+from bench.spark_workspace import spark_workspace
 from segcat import Operation, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.log.topics import TopicAdmin
-from segcat.catalog.protocol.names import table_name
 
 SCHEMA = "id BIGINT, name STRING, amount DOUBLE"
 TRIGGER = "100 milliseconds"
@@ -201,32 +197,16 @@ def run_latency(spark: Any, config: Config, params: Params, work: Path, created:
 
 
 def run(ctx: Context) -> Results:
-    import segcat.spark_integration as si
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     params = Params.of(ctx.quick)
-    work = Path(tempfile.mkdtemp(prefix="segcat-bench-sink-"))
-    config = replace(ctx.config, warehouse=str(work / "warehouse"))
-    spark = si.local_session("segcat-bench-sink")
-    spark.sparkContext.setLogLevel("ERROR")
     out: Results = {"params": asdict(params), "pyspark": runner.package_version("pyspark")}
-    created: list[str] = []
-    try:
+    with spark_workspace(ctx, "sink") as ws:
+        spark, config, work, created = ws.spark, ws.config, ws.work, ws.created
         if "throughput" in ctx.only:
             progress("1. throughput")
             out["throughput"] = run_throughput(spark, config, params, work, created)
         if "latency" in ctx.only:
             progress("2. latency")
             out["latency"] = run_latency(spark, config, params, work, created)
-    finally:
-        spark.stop()
-        if ctx.args.keep:
-            progress(f"kept tables {created} and {work}")
-        else:
-            admin = TopicAdmin(config)
-            for name in created:
-                admin.delete(table_name(name))
-            shutil.rmtree(work, ignore_errors=True)
     return out
 
 
