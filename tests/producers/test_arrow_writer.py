@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import segcat
 from segcat import Catalog, ColumnTypeConflict, IncompatibleSchema, InvalidArgument, Operation, Table, col
+from segcat.catalog.protocol.row_filter import matches
 from segcat.producers.arrow_writer import FIELD_ID, field_ids
 
 
@@ -196,7 +197,7 @@ def test_write_then_scan_round_trips(catalog: Catalog, data: tuple[pa.Table, str
     import uuid
 
     with catalog.create_table(f"test.roundtrip_{uuid.uuid4().hex[:12]}") as table:
-        segcat.write(table, rows, partition_by=key)
+        segcat.write(table, rows, partition_by=key, max_rows_per_file=3)  # several files: pruning matters
         scanned = table.scan().to_arrow()
         if rows.num_rows == 0:
             assert scanned.num_rows == 0
@@ -211,3 +212,7 @@ def test_write_then_scan_round_trips(catalog: Catalog, data: tuple[pa.Table, str
             expected = sorted(repr(v) for v in rows.column(name).to_pylist() if v == value)
             got = table.scan(col(name) == value).to_arrow().column(name).to_pylist()
             assert sorted(repr(v) for v in got) == expected
+            for predicate in (col(name) >= value, col(name) < value, col(name).is_null()):
+                # pruning never drops a matching row: the pruned scan is the filter of the whole
+                expected_rows = scanned.filter(pa.array(matches(predicate, scanned)))
+                assert _sorted_rows(table.scan(predicate).to_arrow()) == _sorted_rows(expected_rows)

@@ -75,6 +75,31 @@ def test_where_prunes_files_and_filters_rows(table: Table, opened: list[str]) ->
     opened.clear()
     assert table.scan(col("k") > 100).to_arrow().num_rows == 0
     assert opened == []
+    batches = table.scan().to_batches()
+    next(batches)
+    assert len(opened) == 1  # streaming: one file open at a time, the next when it is needed
+
+
+def test_columns_a_file_lacks_read_as_nulls_even_when_pruned_away(table: Table) -> None:
+    segcat.write(table, pa.table({"k": [1, 2]}))
+    segcat.write(table, pa.table({"k": [3], "z": ["new"]}))
+    assert table.scan("z is null").to_arrow().to_pylist() == [{"k": 1, "z": None}, {"k": 2, "z": None}]
+    only_old = table.scan("k < 3")
+    assert len(only_old.files()) == 1 and only_old.schema.names == ["k", "z"]
+    assert table.scan("z = 'new'", columns=["k"]).to_arrow().to_pylist() == [{"k": 3}]
+
+
+def test_missing_readers_are_typed(table: Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    table.append(write_segments(table, [(1, "a", 1.0)]))
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    scan = table.scan()
+    with pytest.raises(segcat.MissingExtra, match="pip install duckdb"):
+        scan.to_duckdb(object(), "t")
+    with pytest.raises(segcat.MissingExtra, match="pip install pandas"):
+        scan.to_pandas()
 
 
 def test_columns_and_outputs(table: Table) -> None:
