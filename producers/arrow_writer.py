@@ -13,11 +13,9 @@ decide, as for any writer.
   unsigned value out of range) is ``InvalidArgument`` naming the column, never rounded.
   The schema recorded in each segment is that type as Spark's JSON.
 - **Field ids.** Every field carries ``PARQUET:field_id`` (Iceberg readers match columns by
-  id). **Decision — ids by name, in order of first appearance in the table:** the table's
-  columns (its live files' merged schema, oldest first) and then the new ones, numbered as
-  Iceberg numbers a fresh schema: the top-level fields 1..n first, then each field's children
-  in turn (a list's element, a map's key and value), depth after breadth. Writes to an unchanged
-  table therefore give every column the same id.
+  id), numbered by ``protocol.parquet_field_ids`` on the table's columns in order of first
+  appearance (its live files' merged schema, oldest first; for an overwrite, none) and then
+  the new ones: writes to an unchanged table give every column the same id.
 - **Modes.** ``append`` adds the rows; its schema must read together with the live files'
   (``IncompatibleSchema`` before any file is written). **Decision — ``overwrite`` replaces the
   whole table**, as ``write_deltalake(mode="overwrite")`` does: ``partition_by`` only places the
@@ -53,13 +51,12 @@ from segcat import (
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.protocol.jsonio import segment_from_json
 from segcat.catalog.protocol.names import table_name
+from segcat.catalog.protocol.parquet_field_ids import with_field_ids
 from segcat.catalog.read.changes import merged_schema
 from segcat.producers.segment_files import FileSpec, write_files
 from segcat.producers.staging import check_partition_names, plan_replace, writing_files
 
 Mode = Literal["append", "overwrite"]
-FIELD_ID = b"PARQUET:field_id"
-"""The Arrow field metadata key pyarrow writes as a Parquet field id."""
 NEW_DATA = "the data being written"
 
 
@@ -225,8 +222,8 @@ def _is_pandas(data: object) -> bool:
 
 def _target_schema(source: pa.Schema, keys: tuple[str, ...], bloom: tuple[str, ...]) -> pa.Schema:
     """The Arrow schema the files are written with: each column as the type Spark reads it as."""
-    if not source.names and (keys or bloom):
-        raise InvalidArgument(f"column {(keys or bloom)[0]!r} is not in the data: it has no columns")
+    if not source.names:
+        return source  # no rows and no columns (an empty iterable): nothing to check or write
     seen: dict[str, str] = {}
     fields = []
     for field in source:
@@ -310,59 +307,6 @@ def _table_order(live: Sequence[tuple[str, int, str | None]], target: pa.Schema,
     except IncompatibleSchema:
         merged = None
     return target if merged is None else spark_types.schema_to_arrow(json.loads(merged))
-
-
-def field_ids(order: pa.Schema) -> dict[str, int]:
-    """Field ids by lower-cased path (``a``, ``a.b``, ``a.element``, ``m.key``, ``m.value``),
-    numbered as Iceberg numbers a fresh schema: a struct's fields first, then each one's children."""
-    ids: dict[str, int] = {}
-
-    def children(kind: pa.DataType) -> list[tuple[str, pa.DataType]]:
-        if pa.types.is_struct(kind):
-            return [(kind.field(i).name, kind.field(i).type) for i in range(kind.num_fields)]
-        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            return [("element", kind.value_type)]
-        if pa.types.is_map(kind):
-            return [("key", kind.key_type), ("value", kind.item_type)]
-        return []
-
-    def number(prefix: str, fields: list[tuple[str, pa.DataType]]) -> None:
-        for name, _ in fields:
-            path = f"{prefix}{name.lower()}"
-            if path not in ids:
-                ids[path] = len(ids) + 1
-        for name, kind in fields:
-            number(f"{prefix}{name.lower()}.", children(kind))
-
-    number("", [(f.name, f.type) for f in order])
-    return ids
-
-
-def with_field_ids(target: pa.Schema, order: pa.Schema) -> pa.Schema:
-    """``target`` with ``PARQUET:field_id`` on every field, nested ones included (``field_ids``)."""
-    ids = field_ids(order)
-    missing = field_ids(target)  # a path ``order`` lacks (never, unless merging failed) follows it
-    for path in missing:
-        if path not in ids:
-            ids[path] = len(ids) + 1
-
-    def stamp(field: pa.Field, path: str) -> pa.Field:
-        kind = field.type
-        prefix = f"{path}."
-        if pa.types.is_struct(kind):
-            kind = pa.struct(
-                [stamp(kind.field(i), prefix + kind.field(i).name.lower()) for i in range(kind.num_fields)]
-            )
-        elif pa.types.is_list(kind):
-            kind = pa.list_(stamp(kind.value_field, prefix + "element"))
-        elif pa.types.is_large_list(kind):
-            kind = pa.large_list(stamp(kind.value_field, prefix + "element"))
-        elif pa.types.is_map(kind):
-            kind = pa.map_(stamp(kind.key_field, prefix + "key"), stamp(kind.item_field, prefix + "value"))
-        metadata = {**(field.metadata or {}), FIELD_ID: str(ids[path]).encode()}
-        return field.with_type(kind).with_metadata(metadata)
-
-    return pa.schema([stamp(f, f.name.lower()) for f in target], metadata=target.metadata)
 
 
 # ---------------------------------------------------------------------------- rows

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from segcat import Commit, InvalidArgument, Isolation, Operation, Segment, Table, WriteIntent
-from segcat.catalog.protocol.rules import MAX_ID_LENGTH
+from segcat.catalog.protocol.rules import MAX_ID_LENGTH, partition_problem
 from segcat.catalog.protocol.state import TableState
 from segcat.producers.segment_files import FileSpec
 
@@ -71,20 +71,30 @@ def writing_files(writer: Table) -> Iterator[Attempt]:
 
 
 def check_partition_names(adds: Sequence[Segment], keys: tuple[str, ...]) -> None:
-    """``InvalidArgument`` naming the partition columns when a value makes a partition name longer
-    than docs/PROTOCOL.md allows (the rules would refuse the commit without saying which column).
+    """``InvalidArgument`` naming the partition columns when a value makes a partition name the
+    rules refuse (longer than docs/PROTOCOL.md allows, or holding control characters): the rules
+    would refuse the commit without saying which column.
 
     The values are known only once the job has run, so the files are written by then: the
     aborted intent leaves them to vacuum, and nothing is committed.
     """
+    columns = f"partition column{'s' if len(keys) > 1 else ''} {', '.join(keys)}"
     for added in adds:
-        if added.partition is not None and len(added.partition) > MAX_ID_LENGTH:
-            columns = ", ".join(keys)
+        if added.partition is None:
+            continue
+        if len(added.partition) > MAX_ID_LENGTH:
             raise InvalidArgument(
-                f"a value of partition column{'s' if len(keys) > 1 else ''} {columns} makes a partition "
+                f"a value of {columns} makes a partition "
                 f"name of {len(added.partition)} characters; a partition name holds at most {MAX_ID_LENGTH} "
                 f"(docs/PROTOCOL.md): partition by a shorter column (a prefix, bucket or hash of it); "
                 "nothing was committed"
+            )
+        problem = partition_problem(added.partition)
+        if problem is not None:
+            raise InvalidArgument(
+                f"a value of {columns} makes a partition name the rules refuse ({problem}, "
+                f"{added.partition[:80]!r}; docs/PROTOCOL.md): clean the values or partition by "
+                "another column; nothing was committed"
             )
 
 

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 import segcat
 from segcat import Catalog, ColumnTypeConflict, IncompatibleSchema, InvalidArgument, Operation, Table, col
+from segcat.catalog.protocol.parquet_field_ids import FIELD_ID, field_ids
 from segcat.catalog.protocol.row_filter import matches
-from segcat.producers.arrow_writer import FIELD_ID, field_ids
+from segcat.catalog.protocol.rules import partition_problem
+from segcat.producers.segment_files import value_text
 
 
 def _sorted_rows(data: pa.Table) -> list[tuple[Any, ...]]:
@@ -71,6 +73,7 @@ def test_inputs_batches_reader_pandas(table: Table) -> None:
     before = table.snapshot().version
     assert segcat.write(table, []) == before  # nothing to append: no commit
     assert segcat.write(table, schema.empty_table()) == before
+    assert segcat.write(table, [], partition_by="day") == before
     assert table.snapshot().version == before
 
 
@@ -142,6 +145,13 @@ def test_bad_input_is_typed_and_writes_nothing(table: Table, tmp_path: Path) -> 
     assert [h.version for h in table.history()] == [0]  # nothing but the table's creation
 
 
+def test_a_partition_value_with_control_characters_is_refused_naming_the_column(table: Table) -> None:
+    """The rules refuse such a partition name; the writer says which column holds the value."""
+    with pytest.raises(InvalidArgument, match=r"partition column p .*control characters"):
+        segcat.write(table, pa.table({"k": [1, 2], "p": ["ok", "bad\x1fvalue"]}), partition_by="p")
+    assert [h.version for h in table.history()] == [0]
+
+
 def test_an_append_of_another_type_is_refused_before_any_file(table: Table) -> None:
     segcat.write(table, pa.table({"k": [1]}))
     files_before = set(Path(table.location()).rglob("*.parquet"))
@@ -197,6 +207,13 @@ def test_write_then_scan_round_trips(catalog: Catalog, data: tuple[pa.Table, str
     import uuid
 
     with catalog.create_table(f"test.roundtrip_{uuid.uuid4().hex[:12]}") as table:
+        refused = key is not None and any(
+            partition_problem(value_text(v)) for v in rows.column(key).to_pylist()
+        )
+        if refused:  # a value no partition name can hold (control characters): named, nothing committed
+            with pytest.raises(InvalidArgument, match=f"partition column {key}"):
+                segcat.write(table, rows, partition_by=key)
+            return
         segcat.write(table, rows, partition_by=key, max_rows_per_file=3)  # several files: pruning matters
         scanned = table.scan().to_arrow()
         if rows.num_rows == 0:
