@@ -192,3 +192,15 @@ def test_a_lease_is_held_until_the_scan_is_closed(config: Config, table: Table) 
 def test_public_names() -> None:
     assert segcat.Scan is Scan
     assert callable(segcat.write)
+
+
+def test_vacuum_keeps_the_files_of_an_open_scan(table: Table) -> None:
+    segcat.write(table, pa.table({"k": [1, 2]}))
+    with table.scan() as scan:
+        segcat.write(table, pa.table({"k": [3]}), mode="overwrite")
+        report = table.vacuum(retain_versions=1, grace_ms=0)
+        assert report.deleted == 0  # the leased version still needs its files
+        assert _keys(scan) == [1, 2]
+    report = table.vacuum(retain_versions=1, grace_ms=0)
+    assert report.deleted == 1  # released: the overwritten file goes
+    assert _keys(table.scan()) == [3]
