@@ -20,9 +20,11 @@ Spark's semantics at UTC). The lease is held until the scan is closed (``with``,
 from __future__ import annotations
 
 import importlib
+import os
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from segcat.catalog.read.table import TableReader
 
 DEFAULT_BATCH_ROWS = 65_536
+MAX_READ_THREADS = 8
+"""``to_arrow`` reads at most this many files at once (and no more than the machine has cores)."""
 
 
 class Scan:
@@ -88,11 +92,14 @@ class Scan:
 
     def _batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
         for read in self._reads:
-            for rows in read_rows(read, self._read_schema, self._config, batch_rows):
-                if self.where is not None and rows.num_rows:
-                    rows = rows.filter(pa.array(matches(self.where, rows)))
-                if rows.num_rows:
-                    yield rows.select(self._names)
+            yield from self._file_batches(read, batch_rows)
+
+    def _file_batches(self, read: FileRead, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        for rows in read_rows(read, self._read_schema, self._config, batch_rows):
+            if self.where is not None and rows.num_rows:
+                rows = rows.filter(pa.array(matches(self.where, rows)))
+            if rows.num_rows:
+                yield rows.select(self._names)
 
     def to_reader(self, batch_rows: int = DEFAULT_BATCH_ROWS) -> pa.RecordBatchReader:
         """The rows as a ``pyarrow.RecordBatchReader`` (read once, streaming)."""
@@ -104,8 +111,13 @@ class Scan:
         return self.to_reader().__arrow_c_stream__(requested_schema)
 
     def to_arrow(self) -> pa.Table:
-        """Every row as one Arrow table (all of it in memory)."""
-        return pa.Table.from_batches(list(self.to_batches()), schema=self.schema)
+        """Every row as one Arrow table (all of it in memory), files read on a few threads
+        (decoding releases the GIL), in the order ``to_batches`` reads them."""
+        workers = max(1, min(len(self._reads), os.cpu_count() or 1, MAX_READ_THREADS))
+        with ThreadPoolExecutor(workers, thread_name_prefix="segcat-scan") as pool:
+            parts = pool.map(lambda read: list(self._file_batches(read, DEFAULT_BATCH_ROWS)), self._reads)
+            batches = [batch for part in parts for batch in part]
+        return pa.Table.from_batches(batches, schema=self.schema)
 
     def to_pandas(self) -> Any:
         """Every row as a pandas DataFrame (needs pandas)."""

@@ -3,6 +3,7 @@ tags, columns, leases, typed errors."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 import segcat
 from segcat import (
     Config,
+    DataFileMissing,
     InvalidArgument,
     InvalidPredicate,
     Scan,
@@ -112,17 +114,20 @@ def test_columns_and_outputs(table: Table) -> None:
     assert sorted(frame["k"].tolist()) == [1, 2]
     batches = list(table.scan().to_batches(batch_rows=1))
     assert [b.num_rows for b in batches] == [1, 1]
+    table.append(write_segments(table, [(3, "c", None)]))
+    streamed = pa.Table.from_batches(list(table.scan().to_batches()))
+    assert table.scan().to_arrow().equals(streamed)  # files read on threads, in the same order
 
     import duckdb
 
     con = duckdb.connect()
     scan = table.scan()
     assert scan.to_duckdb(con, 'my "t"') is con
-    assert con.execute('select sum(k) from "my ""t"""').fetchone() == (3,)
+    assert con.execute('select sum(k) from "my ""t"""').fetchone() == (6,)
     assert con.execute('select count(*) from "my ""t""" where p = \'a\'').fetchone() == (1,)  # again
-    assert con.from_arrow(scan).aggregate("sum(k)").fetchone() == (3,)
-    assert con.execute("select count(*) from scan").fetchone() == (2,)  # a fresh stream each query
-    assert con.execute("select count(*) from scan").fetchone() == (2,)
+    assert con.from_arrow(scan).aggregate("sum(k)").fetchone() == (6,)
+    assert con.execute("select count(*) from scan").fetchone() == (3,)  # a fresh stream each query
+    assert con.execute("select count(*) from scan").fetchone() == (3,)
     with pytest.raises(InvalidArgument, match="con"):
         scan.to_duckdb(object(), "t")
 
@@ -204,3 +209,12 @@ def test_vacuum_keeps_the_files_of_an_open_scan(table: Table) -> None:
     report = table.vacuum(retain_versions=1, grace_ms=0)
     assert report.deleted == 1  # released: the overwritten file goes
     assert _keys(table.scan()) == [3]
+
+
+def test_a_file_gone_from_storage_is_typed(table: Table) -> None:
+    table.append(write_segments(table, [(1, "a", 1.0)]))
+    table.append(write_segments(table, [(2, "b", 2.0)]))
+    scan = table.scan()
+    Path(scan.files()[-1].uri.removeprefix("file://")).unlink()
+    with pytest.raises(DataFileMissing, match="gone from storage"):
+        scan.to_arrow()
