@@ -91,12 +91,14 @@ if TYPE_CHECKING:
     from segcat.catalog.read.lease import HeldLease
     from segcat.catalog.read.log_pruning import PruneResult
     from segcat.catalog.read.purge import PurgeReport
+    from segcat.catalog.read.scan import Scan
     from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
     from segcat.catalog.read.table import HistoryEntry
     from segcat.catalog.read.vacuum import VacuumReport
     from segcat.catalog.read.watch import Watcher
     from segcat.catalog.storage.parquet_stats import segment_from_parquet
     from segcat.catalog.write.intent import WriteIntent
+    from segcat.producers.arrow_writer import write
 
 _LAZY = {
     "VersionChange": "segcat.catalog.protocol.version_change",
@@ -125,6 +127,7 @@ _LAZY = {
     "HeldLease": "segcat.catalog.read.lease",
     "PruneResult": "segcat.catalog.read.log_pruning",
     "PurgeReport": "segcat.catalog.read.purge",
+    "Scan": "segcat.catalog.read.scan",
     "Snapshot": "segcat.catalog.read.snapshot",
     "SnapshotDiff": "segcat.catalog.read.snapshot",
     "HistoryEntry": "segcat.catalog.read.table",
@@ -132,6 +135,7 @@ _LAZY = {
     "Watcher": "segcat.catalog.read.watch",
     "segment_from_parquet": "segcat.catalog.storage.parquet_stats",
     "WriteIntent": "segcat.catalog.write.intent",
+    "write": "segcat.producers.arrow_writer",
 }
 
 __all__ = [
@@ -175,6 +179,7 @@ __all__ = [
     "PurgeReport",
     "PurgeStopped",
     "RuleRefusal",
+    "Scan",
     "SegcatError",
     "Segment",
     "ServiceUnavailable",
@@ -207,6 +212,7 @@ __all__ = [
     "load_catalog",
     "parse_predicate",
     "segment_from_parquet",
+    "write",
 ]
 
 

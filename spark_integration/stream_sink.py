@@ -66,6 +66,7 @@ from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import DEDUP_WINDOW, TableState
 from segcat.catalog.read.table import table_root
 from segcat.producers.segment_files import FileSpec, write_files
+from segcat.producers.staging import INTENT_PREFIX, INTENT_TTL_S
 from segcat.spark_integration import schemas
 from segcat.spark_integration.options import (
     SERVICE_OPTIONS,
@@ -73,7 +74,6 @@ from segcat.spark_integration.options import (
     is_service_option,
     lower_keys,
 )
-from segcat.spark_integration.writer import INTENT_PREFIX, INTENT_TTL_S
 
 log = logging.getLogger("segcat.spark.sink")
 

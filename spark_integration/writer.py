@@ -19,12 +19,10 @@ carries that same id, so any file on storage names the commit that meant to add 
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
@@ -35,7 +33,6 @@ from pyspark.sql import functions as F
 from segcat import (
     Commit,
     Config,
-    InvalidArgument,
     Isolation,
     Operation,
     Predicate,
@@ -46,19 +43,16 @@ from segcat import (
     load_catalog,
 )
 from segcat.catalog.protocol.jsonio import segment_from_json
-from segcat.catalog.protocol.rules import MAX_ID_LENGTH
-from segcat.catalog.protocol.state import LiveSegment, TableState
+from segcat.catalog.protocol.state import LiveSegment
 from segcat.catalog.read.table import table_root
 from segcat.producers.segment_files import GROUP_COLUMN, OUTPUT_SCHEMA, FileSpec, write_files
+from segcat.producers.staging import Attempt, check_partition_names, plan_replace, writing_files
 from segcat.spark_integration import schemas
 from segcat.spark_integration.reader import ScanFile, TableRef, scan, table_ref
 
 Mode = Literal["append", "replace"]
 
 DEFAULT_TARGET_FILE_ROWS = 1_000_000
-INTENT_PREFIX = "data/"
-INTENT_TTL_S = 600.0
-"""A killed job's files stay protected this long (plus vacuum's grace); renewed every 200 s."""
 GROUPS_PER_JOB = 64
 """Compaction groups per Spark job: each group is one scan in a union, so plans stay small."""
 
@@ -146,50 +140,6 @@ def _open_writer(table: TableRef, config: Config, spark: SparkSession) -> Table:
     return catalog.load_table(table_ref(table), writer_id=writer_id)
 
 
-@dataclass(frozen=True)
-class _Attempt:
-    """One commit attempt, named before any of its files is written."""
-
-    table: str
-    writer_id: str
-    commit_id: str
-    intent: WriteIntent | None = None
-
-    def stamp(self, spec: FileSpec) -> FileSpec:
-        """``spec`` whose files record this attempt (table, commit id, writer id) in their footers."""
-        return dataclasses.replace(spec, table=self.table, commit_id=self.commit_id, writer_id=self.writer_id)
-
-    def adopt(self, planned: Commit) -> Commit:
-        """``planned`` under this attempt's commit id, the one its files record."""
-        if (planned.table, planned.writer_id) != (self.table, self.writer_id):
-            raise RuntimeError("a commit planned by another writer cannot adopt this attempt's files")
-        return dataclasses.replace(planned, commit_id=self.commit_id)
-
-
-@contextlib.contextmanager
-def _writing_files(writer: Table) -> Iterator[_Attempt]:
-    """The span in which one commit's files are written: every Spark job of a stage runs inside.
-
-    The commit id is minted here, before the first file exists, and the write intent is
-    published (on tables with the ``lifecycle`` feature): vacuum leaves everything under
-    ``data/`` alone while it lives. The commit closes it (``StagedWrite.commit``); a job that
-    fails aborts it here, and a killed one lets it expire.
-
-    Decision: the prefix is ``data/``, not the partitions the job will write (known only once
-    the rows are); the intent's id is the commit id every file's footer records, so vacuum
-    keeps exactly this job's files under ``data/``, and other writers' orphans still go.
-    """
-    commit_id = Commit.new_id()
-    intent = writer.intent(INTENT_PREFIX, ttl_s=INTENT_TTL_S, intent_id=commit_id)
-    intent.open()
-    attempt = _Attempt(writer.name.qualified, writer.writer_id, commit_id, intent if intent.active else None)
-    try:
-        yield attempt
-    except BaseException:
-        intent.abort()
-        raise
-
-
 def _run(frame: DataFrame, spec: FileSpec) -> list[Segment]:
     """Run the write job; collect only the per-file descriptions."""
     rows = frame.mapInArrow(functools.partial(write_files, spec=spec), OUTPUT_SCHEMA).collect()
@@ -270,7 +220,7 @@ def stage_write(
             schemas.check_append(
                 spark, ((s.segment.path, s.added_version, s.segment.schema) for s in live), df.schema
             )
-        with _writing_files(writer) as attempt:
+        with writing_files(writer) as attempt:
             spec = FileSpec(
                 root=state.location or table_root(cfg, name),
                 s3_endpoint=cfg.s3_endpoint,
@@ -281,7 +231,7 @@ def stage_write(
                 schema_json=df.schema.json(),
             )
             adds = _run(df.repartition(*keys) if keys else df, attempt.stamp(spec))
-            _check_partition_names(adds, keys)
+            check_partition_names(adds, keys)
         props = _job_properties(spark, f"write-{mode}", properties)
         if mode == "append":
             planned = (
@@ -292,70 +242,12 @@ def stage_write(
                 else None
             )
         else:
-            replace = _plan_replace(writer, state, adds, keys, replace_scope, isolation, props)
+            replace = plan_replace(writer, state, adds, keys, replace_scope, isolation, props)
             planned = None if replace is None else attempt.adopt(replace)
         return StagedWrite(writer, planned, base, state.last_accepted_version, attempt.intent)
     except BaseException:
         writer.close()
         raise
-
-
-def _check_partition_names(adds: Sequence[Segment], keys: tuple[str, ...]) -> None:
-    """``InvalidArgument`` naming the partition columns when a value makes a partition name longer
-    than docs/PROTOCOL.md allows (the rules would refuse the commit without saying which column).
-
-    The values are known only once the job has run, so the files are written by then: the
-    aborted intent leaves them to vacuum, and nothing is committed.
-    """
-    for added in adds:
-        if added.partition is not None and len(added.partition) > MAX_ID_LENGTH:
-            columns = ", ".join(keys)
-            raise InvalidArgument(
-                f"a value of partition column{'s' if len(keys) > 1 else ''} {columns} makes a partition "
-                f"name of {len(added.partition)} characters; a partition name holds at most {MAX_ID_LENGTH} "
-                f"(docs/PROTOCOL.md): partition by a shorter column (a prefix, bucket or hash of it); "
-                "nothing was committed"
-            )
-
-
-def _plan_replace(
-    writer: Table,
-    state: TableState,
-    adds: list[Segment],
-    keys: tuple[str, ...],
-    replace_scope: Iterable[str] | None,
-    isolation: Isolation,
-    properties: dict[str, str],
-) -> Commit | None:
-    """Drop what the job read in the scope (at base), add what it wrote."""
-    if replace_scope is not None:
-        scope = tuple(dict.fromkeys(replace_scope))
-        if not scope:
-            raise ValueError("replace_scope is empty; pass None to replace the whole table")
-    elif keys:
-        scope = tuple(sorted({s.partition for s in adds if s.partition is not None}))
-        if not scope:
-            return None  # nothing in df, no scope given: nothing to replace
-    else:
-        scope = ()  # the whole table
-    outside = sorted({str(s.partition) for s in adds if scope and s.partition not in scope})
-    if outside:
-        raise ValueError(f"df holds partitions outside replace_scope: {', '.join(outside[:5])}")
-    wanted = set(scope)
-    drops = sorted(
-        sid for sid, live in state.segments.items() if not scope or live.segment.partition in wanted
-    )
-    if not adds and not drops:
-        return None
-    return writer.new_commit(
-        Operation.REPLACE,
-        adds=adds,
-        drops=drops,
-        replace_scope=scope,
-        isolation=isolation,
-        properties={**properties, "segcat.replace.partitions": str(len(scope))},
-        base_version=state.version,
-    )
 
 
 # ---------------------------------------------------------------------------- compaction
@@ -444,7 +336,7 @@ def stage_compaction(
         if not groups:
             return StagedWrite(writer, None, state.version, state.last_accepted_version)
         adds: list[Segment] = []
-        with _writing_files(writer) as attempt:
+        with writing_files(writer) as attempt:
             for start in range(0, len(groups), GROUPS_PER_JOB):
                 batch = groups[start : start + GROUPS_PER_JOB]
                 adds.extend(_rewrite(spark, snapshot, batch, start, attempt, cfg, root))
@@ -467,7 +359,7 @@ def _rewrite(
     snapshot: Snapshot,
     groups: Sequence[Sequence[LiveSegment]],
     first_id: int,
-    attempt: _Attempt,
+    attempt: Attempt,
     config: Config,
     root: str,
 ) -> list[Segment]:

@@ -33,6 +33,7 @@ from segcat.catalog.read.change_feed import ChangeFeed, open_changes
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease
 from segcat.catalog.read.log_pruning import PruneResult
+from segcat.catalog.read.scan import Scan, open_scan
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.table import HistoryEntry, TableReader
 from segcat.catalog.read.watch import Watcher
@@ -174,6 +175,20 @@ class Table:
         can apply), ``DataFileMissing`` (a file vacuumed before the lease), ``IncompatibleSchema``.
         """
         return open_changes(self._reader, start, end, columns)
+
+    def scan(
+        self,
+        where: Predicate | str | None = None,
+        columns: Sequence[str] | None = None,
+        *,
+        version: int | str | None = None,
+        as_of: AsOf | None = None,
+    ) -> Scan:
+        """The rows of a version (default: the head; ``version`` may name a tag) as Arrow, without
+        Spark: ``table.scan("day = '2024-01-01'").to_arrow()``; also ``to_batches()``, ``to_pandas()``,
+        ``to_duckdb(con, name)``. Pruned and filtered by ``where`` as ``si.read`` does, tombstones
+        applied; a version lease is held until the scan is closed (``with``) or collected."""
+        return open_scan(self._reader, where, columns, version=version, as_of=as_of)
 
     def watch(self, from_version: int | None = None, *, poll_s: float = 0.5) -> Watcher:
         """Every accepted version after ``from_version`` (default: the current head), gap-free:

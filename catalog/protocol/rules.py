@@ -124,6 +124,12 @@ def _check_text(value: str, what: str, limit: int = MAX_ID_LENGTH, version: int 
     return None
 
 
+def partition_problem(partition: str) -> str | None:
+    """What the newest field rules refuse in a partition name (its length, control characters),
+    or None: for writers that name the column before the rules refuse the commit."""
+    return _check_text(partition, "partition", version=2)
+
+
 def _check_path_v1(path: str) -> str | None:
     problem = _check_text(path, "segment path", MAX_PATH_LENGTH)
     if problem:

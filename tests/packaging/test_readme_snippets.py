@@ -45,9 +45,10 @@ def run(config: Config, code: str, tmp_path: Path, timeout: float) -> subprocess
     )
 
 
-def test_the_readme_has_the_two_snippets() -> None:
-    assert len(python_blocks()) == 2
+def test_the_readme_has_the_three_snippets() -> None:
+    assert len(python_blocks()) == 3
     assert "table.compact" in snippet("table.compact") and "si.write" in snippet("si.write")
+    assert "table.scan" in snippet("segcat.write(")
 
 
 def test_the_python_snippet_runs_as_written(config: Config, table_name: str, tmp_path: Path) -> None:
@@ -62,6 +63,17 @@ print("README snippet ok")
     result = run(config, code, tmp_path, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "README snippet ok" in result.stdout
+
+
+def test_the_arrow_snippet_runs_as_written(config: Config, table_name: str, tmp_path: Path) -> None:
+    code = snippet("segcat.write(").replace('"sales.events"', repr(table_name))
+    code += """
+assert rows.to_pylist() == [{"id": 2}], rows
+print("README Arrow snippet ok")
+"""
+    result = run(config, code, tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "README Arrow snippet ok" in result.stdout
 
 
 @pytest.mark.spark

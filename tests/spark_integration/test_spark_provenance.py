@@ -182,10 +182,11 @@ def test_a_killed_spark_job_s_files_survive_vacuum_while_its_intent_lives(
     script = f"""
 import os, sys
 import segcat.spark_integration as si
+import segcat.producers.staging as staging
 import segcat.spark_integration.writer as spark_writer
 from segcat.catalog.config import Config
 from segcat.spark_integration.session import local_session
-spark_writer.INTENT_TTL_S = 6.0
+staging.INTENT_TTL_S = 6.0
 spark = local_session("killed-job", "local[1]", shuffle_partitions=1)
 frame = spark.createDataFrame([(i, "x") for i in range(20)], "id long, v string")
 staged = spark_writer.stage_write(frame, {table.name.qualified!r}, partition_by="v", config=Config.load())
