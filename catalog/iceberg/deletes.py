@@ -133,8 +133,9 @@ def write_deletes(
     readers tested here get them wrong, so position deletes are the default).
 
     ``Unrepresentable`` for a tombstone the core cannot evaluate outside Spark, before anything
-    is written; ``DataFileMissing`` when an affected file is gone. The file names are functions
-    of the version, so writing a version again replaces its files."""
+    is written (or, for a value the row filter cannot place, while reading: files of the version
+    may be left, which no metadata names); ``DataFileMissing`` when an affected file is gone. The
+    file names are functions of the version, so writing a version again replaces its files."""
     texts = {t.predicate for t in tombstones}
     affected: dict[str, list[FileRead]] = {}
     for read in reads:
@@ -142,9 +143,11 @@ def write_deletes(
             affected.setdefault(read.include, []).append(read)
     planned_equality: list[tuple[Tombstone, _Equality]] = []
     positional: list[tuple[Tombstone, Predicate]] = []
+    seen: set[str] = set()
     for tombstone in tombstones:
-        if tombstone.predicate not in affected:
-            continue  # no live file older than it: nothing to state
+        if tombstone.predicate in seen or tombstone.predicate not in affected:
+            continue  # said already, or no live file older than it: nothing to state
+        seen.add(tombstone.predicate)
         predicate = _parse(tombstone, version)
         plan = _equality_plan(predicate, schema) if equality else None
         if plan is None:
