@@ -6,7 +6,8 @@ random tombstones (every predicate form of docs/PROTOCOL.md §4a.1, literals of 
 included) at one or two later versions. ``write_deletes`` writes each version's delete files;
 a throwaway Iceberg table around the data and delete files (``iceberg_harness``) is read by
 pyiceberg and by DuckDB's ``iceberg_scan``, and must hold exactly the rows segcat's own
-``read_rows`` keeps. A tombstone the row filter cannot evaluate must be ``Unrepresentable``
+``read_rows`` keeps, with files pruned by their footer stats (position deletes) or not (with
+equality deletes). A tombstone the row filter cannot evaluate must be ``Unrepresentable``
 exactly when ``read_rows`` refuses it.
 """
 
@@ -39,6 +40,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.read.changes import FileRead, read_rows
 from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from segcat.catalog.storage.table_files import TableFiles
 
 from .iceberg_harness import DataFileAt, build_table, duckdb_connection, read_duckdb, read_pyiceberg
@@ -227,10 +229,12 @@ def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
         root = Path(scratch)
         (root / "data").mkdir()
         reads: list[tuple[FileRead, int]] = []
+        segments = {}  # footer stats, to prune with (the position-only run)
         for k, (added, rows) in enumerate(files):
             path = root / "data" / f"part-{k}.parquet"
             pq.write_table(rows, path, row_group_size=4)  # several row groups: positions span them
             recorded = json.dumps(spark_types.schema_from_arrow(rows.schema.remove_metadata()))
+            segments[str(path)] = segment_from_parquet(str(path), segment_id=f"s{k}", relative_path=path.name)
             reads.append((FileRead(str(path), rows.num_rows, path.stat().st_size, added, recorded), added))
 
         # segcat's own reading: each file minus the tombstones newer than it
@@ -264,6 +268,7 @@ def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
                         FIELD_IDS,
                         config,
                         equality=equality,
+                        segments=None if equality else segments,
                     )
                     written.extend((d, version) for d in deletes)
             except Unrepresentable:
