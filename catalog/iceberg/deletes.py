@@ -25,9 +25,10 @@ strictly greater) and a position delete names the files itself.
 **Decision — position deletes unless asked for equality deletes.** The contract of issue 23
 asked for equality deletes where the predicate allows; two of the three readers the export is
 checked with get them wrong: pyiceberg 0.12 refuses any table holding one ("PyIceberg does not
-yet support equality deletes"), and DuckDB 1.4.4's ``iceberg_scan`` also drops every row whose
-column is NULL (or missing) under an equality delete of any value, rows segcat keeps
-(``test_deletes_units.test_duckdb_drops_null_rows_under_an_equality_delete`` pins it). Position
+yet support equality deletes"), and DuckDB 1.4.4's ``iceberg_scan`` loses rows segcat keeps
+under an equality delete: every row whose column is NULL (or missing), and the rows after a
+file or row group the delete empties (``test_deletes_units``
+``test_duckdb_loses_rows_under_an_equality_delete`` pins both). Position
 deletes are exact for every reader at the price of reading the affected files (pruned first);
 ``equality=True`` is there for a publisher that serves only engines known to apply them right.
 

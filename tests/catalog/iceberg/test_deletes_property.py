@@ -8,7 +8,9 @@ a throwaway Iceberg table around the data and delete files (``iceberg_harness``)
 pyiceberg and by DuckDB's ``iceberg_scan``, and must hold exactly the rows segcat's own
 ``read_rows`` keeps, with files pruned by their footer stats (position deletes) or not (with
 equality deletes). A tombstone the row filter cannot evaluate must be ``Unrepresentable``
-exactly when ``read_rows`` refuses it.
+exactly when ``read_rows`` refuses it. Equality deletes (opt-in) are checked by DuckDB alone
+(pyiceberg 0.12 refuses them), on files that avoid DuckDB 1.4.4's own equality-delete bugs
+(``test_deletes_units.test_duckdb_loses_rows_under_an_equality_delete``).
 """
 
 from __future__ import annotations
@@ -221,6 +223,70 @@ def _nulls_under_equality(
 def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
     config: Config, files: list[tuple[int, pa.Table]], versions: list[tuple[int, list[Predicate]]]
 ) -> None:
+    _check(config, files, versions)
+
+
+EQUALITY_COLUMNS = ("i", "n", "s", "bo", "dt")
+"""The columns an equality delete may name (``deletes`` module docstring)."""
+
+
+@st.composite
+def _full_file(draw: st.DrawFn) -> tuple[int, pa.Table]:
+    """(added version, rows) holding every column, no NULL in the equality columns (DuckDB
+    1.4.4 drops NULL rows under an equality delete, units), ``i`` sometimes as int32."""
+    added, rows = draw(_file())
+    n = rows.num_rows
+    fields, arrays = [], []
+    for name, (kind, pool) in COLUMNS.items():
+        if name in rows.column_names and (name not in EQUALITY_COLUMNS or not rows.column(name).null_count):
+            arrays.append(rows.column(name))
+            fields.append(rows.schema.field(name))
+            continue
+        values = draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n))
+        arrays.append(pa.array(values, kind))
+        fields.append(pa.field(name, kind, metadata={b"PARQUET:field_id": str(FIELD_IDS[name]).encode()}))
+    return added, pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+@st.composite
+def _equality_leaf(draw: st.DrawFn) -> Predicate:
+    column = draw(st.sampled_from(EQUALITY_COLUMNS))
+    literals = LITERALS[column]
+    if draw(st.booleans()):
+        return IsIn(column, tuple(draw(st.lists(literals, min_size=1, max_size=3))))
+    return Compare(column, "==", draw(literals))  # type: ignore[arg-type]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    files=st.lists(_full_file(), min_size=1, max_size=4),
+    versions=st.lists(
+        st.tuples(st.integers(1, 3), st.lists(_equality_leaf(), min_size=1, max_size=2)),
+        min_size=1,
+        max_size=2,
+    ),
+)
+def test_duckdb_applies_the_equality_deletes_as_segcat_reads(
+    config: Config, files: list[tuple[int, pa.Table]], versions: list[tuple[int, list[Predicate]]]
+) -> None:
+    """Equality deletes (``equality=True``) on files DuckDB reads right: sequence numbers,
+    widened integers, literals out of a column's range, duplicates, several files and versions."""
+    _check(config, files, versions, modes=(True,), row_group_size=None)
+
+
+def _check(
+    config: Config,
+    files: Sequence[tuple[int, pa.Table]],
+    versions: Sequence[tuple[int, Sequence[Predicate]]],
+    modes: Sequence[bool] = (False, True),
+    row_group_size: int | None = 4,
+) -> None:
+    """``row_group_size`` 4: several row groups, so positions span them; None: one row group
+    (DuckDB 1.4.4 also loses the rows after a row group an equality delete empties, units)."""
     by_version: dict[int, list[str]] = {}
     for version, predicates in versions:
         by_version.setdefault(version, []).extend(to_sql(p) for p in predicates)
@@ -232,7 +298,7 @@ def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
         segments = {}  # footer stats, to prune with (the position-only run)
         for k, (added, rows) in enumerate(files):
             path = root / "data" / f"part-{k}.parquet"
-            pq.write_table(rows, path, row_group_size=4)  # several row groups: positions span them
+            pq.write_table(rows, path, row_group_size=row_group_size)
             recorded = json.dumps(spark_types.schema_from_arrow(rows.schema.remove_metadata()))
             segments[str(path)] = segment_from_parquet(str(path), segment_id=f"s{k}", relative_path=path.name)
             reads.append((FileRead(str(path), rows.num_rows, path.stat().st_size, added, recorded), added))
@@ -240,16 +306,19 @@ def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
         # segcat's own reading: each file minus the tombstones newer than it
         try:
             expected: Counter[tuple[object, ...]] = Counter()
+            emptied = False  # a file that loses every row (see the DuckDB check below)
             for read, added in reads:
                 exclude = tuple(t.predicate for t in tombstones if t.version > added)
                 kept = FileRead(read.uri, read.row_count, read.size_bytes, added, read.file_schema, exclude)
+                survivors = sum(b.num_rows for b in read_rows(kept, SCHEMA, config))
+                emptied = emptied or survivors == 0
                 for batch in read_rows(kept, SCHEMA, config):
                     expected += _multiset(pa.Table.from_batches([batch]))
             refused = None
         except UnsupportedPredicate as exc:
             refused = exc
 
-        for equality in (False, True):
+        for equality in modes:
             store = ObjectStore.from_uri(str(root / f"store-{equality}"))
             table_files = TableFiles(store, TableName("ns", "t"))
             written: list[tuple[DeleteFile, int]] = []
@@ -279,10 +348,15 @@ def test_iceberg_readers_apply_the_delete_files_as_segcat_reads(
             event(f"equality={equality}: " + ",".join(sorted({d.content for d, _ in written})))
             data = [DataFileAt(read.uri, added, read.row_count) for read, added in reads]
             metadata = build_table(root / f"iceberg-{equality}", ICEBERG_SCHEMA, data, written)
-            if not _nulls_under_equality(written, files):  # DuckDB 1.4.4 deletes those (units)
+            equalities = any(d.content == "equality" for d, _ in written)
+            # DuckDB 1.4.4 loses rows under equality deletes (units): NULL rows, and the rows
+            # after a file or row group they empty
+            if equalities and (_nulls_under_equality(written, files) or emptied):
+                event("DuckDB skipped: its equality-delete bugs")
+            else:
                 found = read_duckdb(_duckdb(), metadata, list(COLUMNS))
                 assert _multiset(found) == expected, "DuckDB"
-            if not any(d.content == "equality" for d, _ in written):  # pyiceberg 0.12 reads none
+            if not equalities:  # pyiceberg 0.12 reads none
                 assert _multiset(read_pyiceberg(metadata)) == expected, "pyiceberg"
             else:
                 with pytest.raises(ValueError, match="equality deletes"):
