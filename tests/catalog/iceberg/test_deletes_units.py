@@ -16,10 +16,12 @@ from segcat import Config, DataFileMissing
 from segcat.catalog.iceberg import deletes
 from segcat.catalog.iceberg.deletes import DeleteFile, Unrepresentable, write_deletes
 from segcat.catalog.protocol import spark_types
-from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment, Tombstone
+from segcat.catalog.protocol.delta import CommitDelta
+from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment, Tombstone
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.predicates import parse_predicate
-from segcat.catalog.read.changes import FileRead
+from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read.changes import ChangeTracker, FileRead
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 
@@ -276,3 +278,39 @@ def test_duckdb_loses_rows_under_an_equality_delete(
 def test_delete_files_are_plain_values() -> None:
     made = DeleteFile("p", "/r/p", "position", 1, 10)
     assert made.equality_field_ids == () and made.referenced_data_files == ()
+
+
+def test_the_reads_of_change_tracker_as_they_come(tmp_path: Path, config: Config) -> None:
+    """``write_deletes`` takes ``ChangeTracker.observe(delta).deleted`` whole: a file the version
+    drops (no ``include``) is not its business, and each kept file is read once for all of the
+    version's tombstones; a file added by the same version is untouched."""
+    rows = pa.table({"k": pa.array([1, 2, 3, 4], pa.int64())})
+    (tmp_path / "root").mkdir()
+    segments = []
+    for name in ("a", "b", "c"):
+        read = _data_file(tmp_path / "root", name, rows)
+        segments.append(Segment(name, f"{name}.parquet", read.size_bytes, 4, schema=read.file_schema))
+    tracker = ChangeTracker(TableState("t.x"), root=str(tmp_path / "root"))
+    tracker.observe(_commit(0, Operation.APPEND, adds=(segments[0], segments[1])))
+    tombstones = (Tombstone("k = 2"), Tombstone("k > 3"))
+    vf = tracker.observe(
+        _commit(1, Operation.DELETE, drops=("a",), adds=(segments[2],), tombstones=tombstones)
+    )
+    assert any(r.include is None for r in vf.deleted)  # the dropped file
+    stamped = [Tombstone(t.predicate, 1) for t in tombstones]
+    store, files = _store(tmp_path)
+    [written] = write_deletes(
+        store, files, 1, stamped, vf.deleted, pa.schema([("k", pa.int64())]), {"k": 1}, config
+    )
+    table = pq.read_table(written.uri)
+    b = str(tmp_path / "root" / "b.parquet")
+    assert list(zip(table["file_path"].to_pylist(), table["pos"].to_pylist(), strict=True)) == [
+        (b, 1),
+        (b, 3),
+    ]
+    assert written.referenced_data_files == (b,)
+
+
+def _commit(version: int, operation: Operation, **fields: object) -> CommitDelta:
+    commit = Commit(Commit.new_id(), "t.x", operation, version - 1, "w", 0, **fields)  # type: ignore[arg-type]
+    return CommitDelta(version, 1000 + version, commit)
