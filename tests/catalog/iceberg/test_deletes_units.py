@@ -314,3 +314,15 @@ def test_the_reads_of_change_tracker_as_they_come(tmp_path: Path, config: Config
 def _commit(version: int, operation: Operation, **fields: object) -> CommitDelta:
     commit = Commit(Commit.new_id(), "t.x", operation, version - 1, "w", 0, **fields)  # type: ignore[arg-type]
     return CommitDelta(version, 1000 + version, commit)
+
+
+def test_paths_sort_as_iceberg_compares_them() -> None:
+    """By UTF-16 code unit, as Java's strings compare: a character beyond the BMP (a surrogate
+    pair, from 0xD800) sorts before U+FFFF, though its code point is greater."""
+    paths = ["s3://b/\uffff.parquet", "s3://b/𝄞.parquet", "s3://b/a.parquet"]
+    assert sorted(paths, key=deletes._java_order) == [
+        "s3://b/a.parquet",
+        "s3://b/𝄞.parquet",
+        "s3://b/\uffff.parquet",
+    ]
+    assert sorted(paths) != sorted(paths, key=deletes._java_order)
