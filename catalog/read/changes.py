@@ -463,6 +463,16 @@ def read_rows(
     column. Tombstones are evaluated by ``row_filter`` with the protocol's meaning (UTC), on the
     table's types, a column the file lacks reading as a NULL literal, exactly as Spark's filter
     (``si.read``) would. ``DataFileMissing`` when the file is gone."""
+    for rows, keep in read_masks(read, schema, config, batch_rows):
+        yield rows if keep is None else rows.filter(pa.array(keep))
+
+
+def read_masks(
+    read: FileRead, schema: pa.Schema, config: Config, batch_rows: int = 65_536
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray | None]]:
+    """Every row of ``read``'s file in the file's order, batch by batch, conformed to ``schema``,
+    each batch with the mask of the rows ``read_rows`` keeps (None: all of them). A row's index
+    in this sequence is its position in the file, the position Iceberg's position deletes name."""
     excludes = [_predicate(t) for t in read.exclude]
     include = None if read.include is None else _predicate(read.include)
     parquet = _open(read, config)
@@ -484,7 +494,7 @@ def read_rows(
         for predicate in excludes:
             gone = matches(predicate, rows, present)
             keep = ~gone if keep is None else keep & ~gone
-        yield rows if keep is None else rows.filter(pa.array(keep))
+        yield rows, keep
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema, read: FileRead) -> pa.RecordBatch:
