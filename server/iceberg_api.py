@@ -206,8 +206,15 @@ def oauth_tokens() -> Response:
     return _json(body, status=400)
 
 
-@router.api_route("/{path:path}", methods=["POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
-def refuse_write(path: str) -> Response:
+@router.api_route(
+    "/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False
+)
+def refuse_write(path: str, request: Request) -> Response:
+    """Every write, whatever the path; a GET of a path the catalog does not have is 404 (not 405)."""
+    if request.method in ("GET", "HEAD"):
+        raise IcebergError(
+            404, f"the Iceberg REST catalog has no endpoint {path[:200]!r}", "NotFoundException"
+        )
     raise IcebergError(405, READ_ONLY, headers={"Allow": "GET, HEAD"})
 
 
