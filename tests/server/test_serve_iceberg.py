@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 
@@ -364,3 +368,54 @@ def test_the_storage_config_hands_out_credentials_only_when_told() -> None:
     with pytest.raises(ConfigError, match="needs a token"):
         ServeSettings(iceberg_credentials=True).check()
     ServeSettings(iceberg_credentials=True, token=TOKEN).check()
+
+
+# ---------------------------------------------------------------------------- fuzzed
+
+
+ICEBERG_PATHS = (
+    "/iceberg/v1/config",
+    "/iceberg/v1/namespaces",
+    "/iceberg/v1/namespaces/{ns}",
+    "/iceberg/v1/namespaces/{ns}/tables",
+    "/iceberg/v1/namespaces/{ns}/tables/{t}",
+    "/iceberg/v1/namespaces/{ns}/views",
+    "/iceberg/v1/{t}",
+)
+fuzz_text = st.text(max_size=40)
+
+
+@st.composite
+def iceberg_requests(draw: st.DrawFn) -> tuple[str, str, dict[str, str], dict[str, str]]:
+    """(method, path with names filled in, query, headers): names this module's, others or junk."""
+    method = draw(st.sampled_from(["GET", "GET", "HEAD", "POST", "DELETE"]))
+    ns = draw(st.one_of(st.just("{own}"), st.just("{own}%1Fx"), fuzz_text.map(lambda s: quote(s, safe=""))))
+    table = draw(
+        st.one_of(st.sampled_from(["pub", "blocked", "unpublished", "dropped", "nosuch"]), fuzz_text)
+    )
+    path = draw(st.sampled_from(ICEBERG_PATHS)).replace("{t}", quote(table, safe="")).replace("{ns}", ns)
+    names = ["pageToken", "pageSize", "parent", "snapshots", "warehouse", "token"]
+    query = draw(st.dictionaries(st.sampled_from(names), st.one_of(fuzz_text, st.integers(-3, 3).map(str))))
+    headers = {"Authorization": f"Bearer {TOKEN}"} if draw(st.integers(0, 5)) else {}
+    if draw(st.booleans()):
+        headers["If-None-Match"] = draw(fuzz_text)
+    return method, path, query, headers
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=iceberg_requests())
+def test_every_iceberg_answer_is_a_success_or_a_typed_4xx(
+    served: Served, drawn: tuple[str, str, dict[str, str], dict[str, str]]
+) -> None:
+    method, path, query, headers = drawn
+    path = path.replace("{own}", served.ns)
+    sent = {k: "".join(c if 32 <= ord(c) < 127 else quote(c) for c in v).strip() for k, v in headers.items()}
+    started = time.monotonic()
+    response = httpx.request(method, served.url + path, params=query, headers=sent, timeout=30)
+    assert time.monotonic() - started < 15, (method, path, query)
+    assert response.status_code < 500, (method, path, query, response.text[:300])
+    if response.status_code >= 400 and method != "HEAD":
+        document = response.json()
+        assert set(document) == {"error"} and set(document["error"]) == {"message", "type", "code"}
+        assert document["error"]["code"] == response.status_code
+        assert "Traceback" not in document["error"]["message"]
