@@ -32,6 +32,7 @@ from segcat.catalog.storage.redis import RedisStore
 from segcat.server.context import ServerContext, context
 from segcat.server.iceberg_config import reader_config
 from segcat.server.iceberg_errors import IcebergError
+from segcat.server.public_errors import public_message
 
 router = APIRouter(prefix="/iceberg", tags=["iceberg"])
 log = logging.getLogger("segcat.serve")
@@ -175,7 +176,7 @@ def load_table(
     headers: dict[str, str] = {}
     if pointer.blocked_version is not None:
         config["segcat.iceberg.blocked-version"] = str(pointer.blocked_version)
-        config["segcat.iceberg.blocked-reason"] = pointer.reason or "not given"
+        config["segcat.iceberg.blocked-reason"] = public_message(pointer.reason or "not given")
         headers[BLOCKED_HEADER] = str(pointer.blocked_version)
     etag = _etag(pointer, snapshots, config)
     headers["ETag"] = etag
