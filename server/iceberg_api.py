@@ -91,7 +91,7 @@ def list_namespaces(
     if parent:  # an empty parent means none (the spec's backward compatibility)
         _check_exists(_namespace(parent), known)
         return _json({"namespaces": []})  # segcat namespaces hold tables, never namespaces
-    page, after = _page(known, page_token, page_size)
+    page, after = page_of(known, page_token, page_size)
     return _json({"namespaces": [[ns] for ns in page], "next-page-token": after})
 
 
@@ -187,7 +187,7 @@ def load_table(
     if isinstance(properties, dict):
         properties["segcat.version"] = str(pointer.version)
     if snapshots == "refs":
-        _keep_referenced_snapshots(metadata)
+        keep_referenced_snapshots(metadata)
     document = {"metadata-location": pointer.location, "metadata": metadata, "config": config}
     return _json(document, headers)
 
@@ -241,7 +241,7 @@ def _check_exists(ns: str, known: set[str] | list[str]) -> None:
         )
 
 
-def _page(items: list[str], after: str | None, size: int | None) -> tuple[list[str], str | None]:
+def page_of(items: list[str], after: str | None, size: int | None) -> tuple[list[str], str | None]:
     """The sorted ``items`` after ``after``: ``size`` of them and the next token, or all."""
     start = 0 if after is None else bisect_right(items, after)
     if size is None:
@@ -332,7 +332,7 @@ def _parse(raw: bytes, name: TableName, version: int) -> dict[str, Any]:
     return metadata
 
 
-def _keep_referenced_snapshots(metadata: dict[str, Any]) -> None:
+def keep_referenced_snapshots(metadata: dict[str, Any]) -> None:
     """``snapshots=refs``: only the snapshots a branch or tag names (and the current one)."""
     refs = metadata.get("refs")
     wanted = (

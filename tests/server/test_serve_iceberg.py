@@ -32,6 +32,7 @@ from segcat.catalog.iceberg.layout import metadata_path
 from segcat.catalog.iceberg.pointer import IcebergPointer, write_pointer
 from segcat.catalog.read.table import TableReader, Tables
 from segcat.catalog.storage.redis import RedisStore
+from segcat.server.iceberg_api import keep_referenced_snapshots, page_of
 from segcat.server.iceberg_config import reader_config
 from segcat.server.settings import ServeSettings
 from tests.iceberg_support import block_first, iceberg_table, publish
@@ -419,3 +420,30 @@ def test_every_iceberg_answer_is_a_success_or_a_typed_4xx(
         assert set(document) == {"error"} and set(document["error"]) == {"message", "type", "code"}
         assert document["error"]["code"] == response.status_code
         assert "Traceback" not in document["error"]["message"]
+
+
+@given(
+    items=st.lists(st.from_regex(r"[a-z0-9_]{1,6}", fullmatch=True), unique=True).map(sorted),
+    size=st.integers(1, 7),
+)
+def test_pages_hold_every_item_once_in_order(items: list[str], size: int) -> None:
+    walked: list[str] = []
+    token: str | None = None
+    for _ in range(len(items) + 1):
+        page, token = page_of(items, token, size)
+        assert len(page) <= size
+        walked += page
+        if token is None:
+            break
+    assert walked == items
+    assert page_of(items, None, None) == (items, None)
+
+
+def test_refs_keep_the_snapshots_a_branch_or_tag_names() -> None:
+    metadata: dict[str, Any] = {
+        "current-snapshot-id": 3,
+        "refs": {"main": {"snapshot-id": 3, "type": "branch"}, "v1": {"snapshot-id": 1, "type": "tag"}},
+        "snapshots": [{"snapshot-id": n} for n in (1, 2, 3)],
+    }
+    keep_referenced_snapshots(metadata)
+    assert [s["snapshot-id"] for s in metadata["snapshots"]] == [1, 3]
