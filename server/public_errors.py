@@ -74,7 +74,8 @@ def classify(exc: Exception) -> tuple[int, str]:
 
 
 def install(app: FastAPI) -> None:
-    """Every error the app can raise, as ``{"error", "message"}`` with the right status."""
+    """Every error the app can raise, as ``{"error", "message"}`` with the right status (under
+    ``/iceberg`` as Iceberg's ``{"error": {"message", "type", "code"}}``)."""
 
     async def segcat_error(request: Request, exc: Exception) -> Response:
         status, kind = classify(exc)
