@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from segcat.server.iceberg_errors import error_body, is_iceberg_path
 from segcat.server.metrics import ServeMetrics
 
 log = logging.getLogger("segcat.serve.access")
@@ -57,6 +58,7 @@ class AccessControl:
                 status["first_byte"] = time.perf_counter() - started
             await send(message)
 
+        iceberg = is_iceberg_path(path)
         try:
             if self.token is None and not self._host_allowed(scope):
                 await refuse(
@@ -65,16 +67,17 @@ class AccessControl:
                     "invalid_host",
                     "this server answers requests for its own address only (Host: is not one of its "
                     "names); start it with --allowed-host NAME to answer for another name",
+                    iceberg=iceberg,
                 )
                 return
             if self.token is not None and scope.get("method") != "OPTIONS":
                 query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
                 offered = query.get("token")
-                if offered is not None and scope.get("method") == "GET":
+                if offered is not None and scope.get("method") == "GET" and not iceberg:
                     await self._login(scope, query, offered, observed)
                     return
                 if not _open(path) and not self._authorised(scope):
-                    await _unauthorised(observed)
+                    await _unauthorised(observed, iceberg)
                     return
             await self.app(scope, receive, observed)
         finally:
@@ -125,7 +128,7 @@ class AccessControl:
         """``?token=`` from a browser: set the cookie and send it to the same page without the token."""
         assert self.token is not None
         if not hmac.compare_digest(offered.encode(), self.token.encode()):
-            await _unauthorised(send)
+            await _unauthorised(send, False)
             return
         rest = urlencode({k: v for k, v in query.items() if k != "token"})
         location = local_path(scope.get("path", "/")) + (f"?{rest}" if rest else "")
@@ -140,22 +143,37 @@ class AccessControl:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _unauthorised(send: Send) -> None:
+async def _unauthorised(send: Send, iceberg: bool) -> None:
+    hint = (
+        "an Iceberg client: its catalog property token=<token>"
+        if iceberg
+        else "a browser: open /?token=<token> once"
+    )
     await refuse(
         send,
         401,
         "unauthorized",
-        "this server needs a token: send 'Authorization: Bearer <token>' "
-        "(a browser: open /?token=<token> once)",
+        f"this server needs a token: send 'Authorization: Bearer <token>' ({hint})",
         [(b"www-authenticate", b'Bearer realm="segcat"')],
+        iceberg=iceberg,
     )
 
 
 async def refuse(
-    send: Send, status: int, kind: str, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    status: int,
+    kind: str,
+    message: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    iceberg: bool = False,
 ) -> None:
-    """The API's error body (``{"error", "message"}``) before the request reaches the app."""
-    body = json.dumps({"error": kind, "message": message}).encode()
+    """The API's error body (``{"error", "message"}``) before the request reaches the app; under
+    ``/iceberg`` Iceberg's (``{"error": {"message", "type", "code"}}``), which its clients parse."""
+    if iceberg:
+        body = error_body(status, message)
+    else:
+        body = json.dumps({"error": kind, "message": message}).encode()
     await send(
         {
             "type": "http.response.start",

@@ -12,7 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from segcat import Config
 from segcat.catalog.read.table import Tables
-from segcat.server import dashboard, events_api, health_api, public_errors, tables_api
+from segcat.server import dashboard, events_api, health_api, iceberg_api, public_errors, tables_api
 from segcat.server.access import AccessControl
 from segcat.server.activity import ActivityTracker
 from segcat.server.context import ServerContext
@@ -65,6 +65,7 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
     app.include_router(tables_api.router)
     app.include_router(events_api.router)
     app.include_router(health_api.router)
+    app.include_router(iceberg_api.router)
     dashboard.mount(app)
     if settings.cors_origins:
         app.add_middleware(

@@ -45,6 +45,12 @@ from segcat.server.settings import DEFAULT_HOST, DEFAULT_PORT, ServeSettings, re
     multiple=True,
     help="Allow this origin to call the API from a browser (repeatable; CORS is off by default).",
 )
+@click.option(
+    "--iceberg-credentials",
+    is_flag=True,
+    help="Hand the server's S3 credentials (AWS_ACCESS_KEY_ID, ...) to Iceberg REST clients with "
+    "each table they load (needs a token; off by default: readers bring their own).",
+)
 @click.pass_context
 def serve_cmd(
     ctx: click.Context,
@@ -55,6 +61,7 @@ def serve_cmd(
     insecure: bool,
     allowed_hosts: tuple[str, ...],
     cors_origins: tuple[str, ...],
+    iceberg_credentials: bool,
 ) -> None:
     """Serve the HTTP API, version events (SSE) and the live dashboard, read-only."""
     from segcat.server.app import create_app
@@ -77,6 +84,7 @@ def serve_cmd(
         insecure=insecure,
         cors_origins=cors_origins,
         allowed_hosts=allowed_hosts,
+        iceberg_credentials=iceberg_credentials,
     )
     settings.check()
     logs.configure(logging.INFO)
@@ -84,5 +92,9 @@ def serve_cmd(
     sock = bind(settings)
     url = url_of(sock)
     hint = " (open /?token=… once in a browser)" if settings.token else ""
-    click.echo(f"segcat serve: dashboard at {url}/ , API at {url}/api/tables{hint}", err=True)
+    click.echo(
+        f"segcat serve: dashboard at {url}/ , API at {url}/api/tables , Iceberg REST catalog at "
+        f"{url}/iceberg{hint}",
+        err=True,
+    )
     serve_forever(app, sock)

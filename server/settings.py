@@ -31,6 +31,9 @@ class ServeSettings:
     replay_limit: int = 10_000
     """Versions each table's feed keeps in memory for reconnecting clients."""
     keepalive_s: float = 15.0
+    iceberg_credentials: bool = False
+    """Hand the server's own S3 credentials to Iceberg readers in each loaded table's ``config``
+    (``--iceberg-credentials``; needs a token: docs/HTTP_API.md, Iceberg REST catalog)."""
 
     def check(self) -> None:
         """Refuse to listen beyond loopback without a token, unless ``insecure`` says so."""
@@ -48,6 +51,11 @@ class ServeSettings:
             raise ConfigError(
                 f"listening on {self.host} needs a token: pass --token-file or set SEGCAT_SERVE_TOKEN "
                 "(or --insecure to serve without one, for a trusted network only)"
+            )
+        if self.iceberg_credentials and self.token is None:
+            raise ConfigError(
+                "--iceberg-credentials hands the server's storage credentials to every caller: "
+                "it needs a token (--token-file or SEGCAT_SERVE_TOKEN)"
             )
         for name in self.allowed_hosts:
             if not name or not all(c.isalnum() or c in ".-_:[]" for c in name):
