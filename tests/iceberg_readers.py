@@ -20,7 +20,7 @@ an empty table). ``comparable``
 puts any reader's answer in one shape (canonical types, columns in the expected order, rows
 sorted) so ``assert_same_rows`` compares values, not the physical widths each engine picks.
 A reader that should work but cannot start raises ``ReaderUnavailable``; the ``iceberg_readers``
-fixture (``tests/iceberg_fixtures.py``) turns that into a failure, never a silent skip.
+fixture (``tests/iceberg/conftest.py``) turns that into a failure, never a silent skip.
 """
 
 from __future__ import annotations

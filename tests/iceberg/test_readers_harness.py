@@ -6,16 +6,20 @@ file, DuckDB's ``iceberg_scan`` and its REST ``ATTACH``) must return what pyiceb
 that snapshot, by id and by time, and nothing before the first snapshot. The REST catalog here
 is ``tests/iceberg_rest_double.py`` over the ``SqlCatalog``: the same paths segcat's ``/iceberg``
 serves, so the harness's REST readers are known good before segcat's catalog is judged.
+Delete files (``tests/iceberg_delete_files.py``): every reader applies position deletes; DuckDB
+applies equality deletes and pyiceberg 0.12 refuses to plan a scan that has one.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from tests.iceberg_delete_files import add_equality_delete, add_position_delete
 from tests.iceberg_readers import (
     CURRENT,
     SPARK_ICEBERG_BROKEN,
@@ -135,6 +139,51 @@ def test_duckdb_rest_sees_a_new_snapshot_on_its_next_read(sql_catalog: Any, writ
             assert reader.read().num_rows == before + 1
         finally:
             reader.close()
+
+
+def _four_rows(catalog: Any, name: str) -> Any:
+    table = catalog.create_table(name, schema=pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    table.append(pa.table({"id": [1, 2, 3, 4], "name": ["a", "b", "c", "d"]}))
+    return catalog.load_table(name)
+
+
+def test_position_deletes_are_applied_by_every_reader(
+    sql_catalog: Any, iceberg_readers: None, tmp_path: Path
+) -> None:
+    table = _four_rows(sql_catalog, "ns.positions")
+    before = table.metadata.current_snapshot_id
+    (data_file,) = [task.file.file_path for task in table.scan().plan_files()]
+    add_position_delete(table, str(tmp_path / "pos.parquet"), data_file, [1])
+    table = sql_catalog.load_table("ns.positions")
+    with rest_catalog(sql_catalog) as uri:
+        target = IcebergTarget(table.metadata_location, uri, "ns.positions")
+        for name, read in readers_for(target).items():
+            assert sorted(read(target, CURRENT).column("id").to_pylist()) == [1, 3, 4], name
+            assert sorted(read(target, At(snapshot_id=before)).column("id").to_pylist()) == [1, 2, 3, 4], name
+
+
+def test_equality_deletes_duckdb_applies_them_pyiceberg_refuses_them(
+    sql_catalog: Any, iceberg_readers: None, tmp_path: Path
+) -> None:
+    """An equality delete removes older rows only; pyiceberg 0.12 cannot plan a scan that has one.
+
+    So a version published with equality deletes is unreadable to pyiceberg (its planner raises
+    "PyIceberg does not yet support equality deletes"): this test fails once it can.
+    """
+    table = _four_rows(sql_catalog, "ns.equality")
+    add_equality_delete(table, str(tmp_path / "eq.parquet"), "name", ["c"])
+    table = sql_catalog.load_table("ns.equality")
+    table.append(pa.table({"id": [5], "name": ["c"]}))  # newer than the delete: kept
+    table = sql_catalog.load_table("ns.equality")
+    expected = pa.table({"id": [1, 2, 4, 5], "name": ["a", "b", "d", "c"]})
+    with rest_catalog(sql_catalog) as uri:
+        target = IcebergTarget(table.metadata_location, uri, "ns.equality")
+        for name, read in readers_for(target).items():
+            if name.startswith("pyiceberg"):
+                with pytest.raises(ValueError, match="does not yet support equality deletes"):
+                    read(target, CURRENT)
+            else:
+                assert_same_rows(expected, read(target, CURRENT), name)
 
 
 def test_comparable_ignores_widths_and_order_not_values() -> None:
