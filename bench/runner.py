@@ -55,6 +55,9 @@ BENCH_MODULES = (
     "bench.kafka_topology",
     "bench.pruning",
     "bench.stream_sink",
+    "bench.iceberg_visibility",
+    "bench.iceberg_publish_cost",
+    "bench.scan_arrow",
 )
 
 
