@@ -149,7 +149,7 @@ def test_a_version_whose_files_are_gone_cannot_be_tagged(tconfig: Config, ttable
         writer.compact(["a"], [_segment(ttable, "b")])
         vacuum(reader_of(ttable), retain_versions=1, grace_ms=0)
         head = ttable.head_offset()
-        with pytest.raises(DataFileMissing, match="a.parquet"):
+        with pytest.raises(DataFileMissing, match=r"a\.parquet"):
             writer.tag("gone", old)
         assert ttable.tags() == {} and ttable.head_offset() == head
 
