@@ -42,7 +42,7 @@ def test_prune_and_history_retention_never_pass_the_oldest_tag(
         wait_for_head(tables_of(catalog).redis, name, table.head_offset())  # type: ignore[arg-type]
         assert service.writer is not None and service.writer.drain(timeout_s=60)
         pruned = table.prune_log(retain_versions=1)
-        assert True
+        assert pruned.plan.limit == "tags" and pruned.plan.prune_point == tagged - 1
         assert pruned.marker_version is not None
         wait_for_head(tables_of(catalog).redis, name, pruned.marker_version)  # type: ignore[arg-type]
         assert service.writer.drain(timeout_s=60)
