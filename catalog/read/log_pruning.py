@@ -35,7 +35,7 @@ class PrunePlan:
     prune_point: int
     """The last offset pruned; ``log_start - 1`` when there is nothing to prune."""
     limit: str
-    """What bounded the prune point: key frames, retain-versions, retain-age or nothing to do."""
+    """What bounded the prune point: key frames, tags, retain-versions, retain-age or nothing to do."""
     nulls: tuple[bytes, ...] = ()
     """The keys that get a null record (every key ≤ P without a record after P)."""
     kept_keys: tuple[bytes, ...] = field(default=())
