@@ -58,6 +58,8 @@ def create_tag(
 ) -> int:
     """Tag ``version`` (default: the head; a tag name: the version it names) as ``name``; the
     version of the commit that set it (the head's, when the tag already named that version).
+    An offset whose record was not accepted is tagged as the version it reads as (the last
+    accepted one before it), as ``snapshot(offset).version`` reports.
 
     ``InvalidArgument`` for a bad name, or a tag that exists when ``replace`` is false (moving
     a tag is ``replace=True``, as Iceberg's ``replaceTag``); ``VersionNotFound`` beyond the
@@ -82,18 +84,18 @@ def create_tag(
     holder = default_holder(TAG_HOLDER_KIND)
     with acquire_lease(reader.redis, reader.name, target, holder=holder) as held:
         wait_for_older_fences(reader.redis, reader.name, timeout_s=wait_s)
-        check_readable(reader, target)
+        tagged = check_readable(reader, target)
         image = writer.refresh()
         if lifecycle.is_dropped(image.protocol, image.properties):
             raise TableDropped(f"table {reader.name} is dropped: undrop it before tagging")
-        if _check_existing(reader, tags_of(image.properties), name, target, replace):
+        if _check_existing(reader, tags_of(image.properties), name, tagged, replace):
             return image.version
         if not held.held:
             raise ServiceUnavailable(
                 f"the lease on version {target} of {reader.name} was lost while tagging it; nothing "
                 "was committed (retry)"
             )
-        commit = writer.new_commit(Operation.SET_PROPERTIES, table_properties={tag_key(name): str(target)})
+        commit = writer.new_commit(Operation.SET_PROPERTIES, table_properties={tag_key(name): str(tagged)})
         return writer.commit(commit)
 
 
@@ -121,10 +123,12 @@ def _check_existing(reader: TableReader, tags: dict[str, int], name: str, target
     return current == target
 
 
-def check_readable(reader: TableReader, version: int) -> None:
+def check_readable(reader: TableReader, version: int) -> int:
     """That ``version`` can be read whole now: at or after the log start, its snapshot
     resolvable, and every file it lists that the head does not still on storage (the head's
-    files are never vacuumed). Call it holding a lease on ``version``."""
+    files are never vacuumed). Call it holding a lease on ``version``. Returns the accepted
+    version that offset reads as (an offset whose record was not accepted reads as the last
+    accepted version before it: that is the version a tag names)."""
     head = reader.snapshot(include_dropped=True)
     if version < head.log_start:
         raise VersionExpired(
@@ -141,6 +145,9 @@ def check_readable(reader: TableReader, version: int) -> None:
             f"version {version} of {reader.name} cannot be tagged: {missing[0]}{more} is gone from "
             "storage (vacuumed)"
         )
+    if snapshot.version < 0:
+        raise VersionNotFound(f"{reader.name} has no accepted version at or before offset {version}")
+    return snapshot.version
 
 
 def missing_files(uris: Iterable[str], config: Config) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -29,3 +31,22 @@ def test_a_tag_reads_as_its_version_in_spark(spark: SparkSession, config: Config
     assert ids(source(spark, config, table)) == list(range(6))
     with pytest.raises(VersionNotFound, match="no tag 'second'"):
         si.read(spark, name, version="second", config=config)
+
+
+def test_si_vacuum_keeps_what_a_tagged_version_lists(
+    spark: SparkSession, config: Config, table: Table
+) -> None:
+    """The Spark vacuum plans as the in-process one: a tagged version older than the horizon
+    keeps its files with zero grace; dropping the tag lets them go."""
+    for k in range(2):
+        write(spark, config, table, range(k, k + 1))
+    tagged = table.head_offset()
+    si.compact(spark, table, config=config)
+    kept = {Path(p) for p in table.snapshot(tagged).files()}
+    table.tag("before-compaction", tagged)
+    report = si.vacuum(spark, table, retain_versions=1, grace_ms=0, config=config)
+    assert report.kept_by_tag == len(kept) and all(p.exists() for p in kept)
+    assert ids(si.read(spark, table.name.qualified, version="before-compaction", config=config)) == [0, 1]
+    table.drop_tag("before-compaction")
+    released = si.vacuum(spark, table, retain_versions=1, grace_ms=0, config=config)
+    assert released.deleted == len(kept) and not any(p.exists() for p in kept)

@@ -176,3 +176,17 @@ def test_a_tag_made_after_the_plan_is_seen_before_the_deletes(tconfig: Config, t
         writer.tag("kept", old)
     execute(reader_of(ttable), plan)
     assert _exists(ttable, "a") and plan.kept_by_recheck == 1
+
+
+def test_an_offset_that_is_no_version_is_tagged_as_the_version_it_reads_as(
+    tconfig: Config, ttable: Table
+) -> None:
+    """The log's end may be a write intent (NOTED, not a version): the tag names the version a
+    snapshot of that offset reports, so the tag and Iceberg's ref name a real version."""
+    with load_catalog(tconfig).load_table(ttable.name) as writer:
+        version = writer.append([_segment(ttable, "a")])
+        with writer.intent("data/x/", ttl_s=60):
+            offset = ttable.head_offset()
+            assert offset > version and ttable.snapshot(offset).version == version
+            writer.tag("at-intent", offset)
+            assert ttable.tags() == {"at-intent": version}
