@@ -1,40 +1,57 @@
-"""``version="name"``: the one reading of a tag name as a version, for every reader.
+"""``version="name"``: a tag's version, as every reader resolves it (``Table.scan``, ``snapshot``).
 
-A tag is the table property ``segcat.tag.<name>`` (``protocol.tags``); what it names is
-read from the table's properties at the head, so a tag created, moved or dropped a moment ago
-is what a reader gets. ``Table.snapshot``, ``Table.resolve_version``, ``si.read``, the data
-source's ``versionAsOf`` and ``table.scan(version=)`` all come through here.
+A tag is the table property ``segcat.tag.<name>`` (``catalog.protocol.tags``). Readers resolve
+it at the head, as of the log's end: a tag moved or dropped a moment ago is seen moved or gone,
+as Iceberg's ``refs`` read from the current metadata. A tag name never starts with a digit, so
+text can never be both a version number and a tag.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from segcat.catalog.errors import InvalidArgument, VersionNotFound
-from segcat.catalog.protocol.tags import check_tag_name, tags_of
-
-MAX_LISTED = 10
-"""Tags named in a ``VersionNotFound`` message, so a typo shows what exists."""
+from segcat.catalog.protocol.tags import MAX_TAG_NAME, check_tag_name, tags_of
 
 
-def resolve_tag(properties: Mapping[str, str], name: str, *, table: str | None = None) -> int:
-    """The version tag ``name`` names in ``properties`` (a table's, at its head).
-
-    ``InvalidArgument`` when ``name`` cannot be a tag name (``"12"`` is a number written as
-    text, never a tag); ``VersionNotFound`` naming the tag when the table has no such tag.
-    """
-    if isinstance(name, str) and name.strip().lstrip("+-").isdigit():
-        raise InvalidArgument(f"version {name!r} is text: give a version as an integer, or a tag name")
-    check_tag_name(name)
+def tag_version(name: str, properties: Mapping[str, str], table: object) -> int:
+    """The version tag ``name`` names in ``properties`` (the head's); ``VersionNotFound`` naming
+    the tag (and the tags there are) when the table has none of that name."""
     tags = tags_of(properties)
-    version = tags.get(name)
-    if version is None:
-        where = f" of {table}" if table else ""
-        known = ", ".join(list(tags)[:MAX_LISTED]) + (", ..." if len(tags) > MAX_LISTED else "")
-        raise VersionNotFound(f"no tag {name!r}{where} (tags: {known or 'none'})")
-    return version
+    found = tags.get(name)
+    if found is None:
+        known = ", ".join(sorted(tags)[:10]) or "none"
+        raise VersionNotFound(f"version {name!r}: {table} has no tag {name!r} (its tags: {known})")
+    return found
+
+
+def version_or_tag(
+    version: object, head_properties: Callable[[], Mapping[str, str]], table: object
+) -> object:
+    """``version`` with a tag name replaced by its version; anything else is handed on unchanged
+    (the snapshot checks numbers). ``head_properties`` is called only for a tag name."""
+    if not isinstance(version, str):
+        return version
+    try:
+        name = check_tag_name(version)
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"version {version[: MAX_TAG_NAME + 8]!r} is neither a version (an integer) nor a tag name"
+        ) from None
+    return tag_version(name, head_properties(), table)
+
+
+def resolve_tag(properties: Mapping[str, str], name: str, *, table: object = "the table") -> int:
+    """The version tag ``name`` names in ``properties`` (a table's, at its head): ``InvalidArgument``
+    for text that cannot be a tag name (``"12"`` is a number written as text, never a tag),
+    ``VersionNotFound`` naming the tag when the table has none of that name."""
+    if not isinstance(name, str):
+        raise InvalidArgument(f"a tag name is text, not {type(name).__name__}")
+    number = version_or_tag(name, lambda: properties, table)
+    assert isinstance(number, int)
+    return number
 
 
 def oldest_tagged(properties: Mapping[str, str]) -> int | None:
-    """The lowest version any tag names (what vacuum and history retention keep); None: no tag."""
+    """The lowest version any tag names (what vacuum, history retention and pruning keep)."""
     return min(tags_of(properties).values(), default=None)
