@@ -45,7 +45,7 @@ from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
-from segcat.catalog.protocol.tags import tags_of
+from segcat.catalog.protocol.tags import oldest_tag, tags_of
 from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
 from segcat.catalog.read import log_pruning, lookup, tag_lookup
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
@@ -287,8 +287,12 @@ class TableReader:
 
     def tag_version(self, name: str) -> int:
         """The version tag ``name`` names now (the head's properties: one head lookup)."""
-        head = self.snapshot(include_dropped=True)
-        return tag_lookup.resolve_tag(head.properties, name, table=self.name.qualified)
+        number = tag_lookup.version_or_tag(
+            name, lambda: self.snapshot(include_dropped=True).properties, self.name.qualified
+        )
+        if not isinstance(number, int):
+            raise InvalidArgument(f"a tag name is text, not {type(name).__name__}")
+        return number
 
     def tags(self) -> dict[str, int]:
         """Every tag of the table at its head: name → version, by name."""
@@ -590,11 +594,11 @@ class TableReader:
             head.log_start,
             retain_versions=retain_versions,
             retain_age_ms=retain_age_ms,
-            keep_from=tag_lookup.oldest_tagged(head.properties),
+            keep_from=oldest_tag(head.properties),
         )
         if dry_run or not plan.prunes:
             return PruneResult(plan, None)
-        tagged = tag_lookup.oldest_tagged(self.snapshot(include_dropped=True).properties)
+        tagged = oldest_tag(self.snapshot(include_dropped=True).properties)
         if tagged is not None and tagged <= plan.prune_point:  # a tag made while planning
             plan = log_pruning.plan_prune(
                 self.config,

@@ -39,19 +39,3 @@ def version_or_tag(
             f"version {version[: MAX_TAG_NAME + 8]!r} is neither a version (an integer) nor a tag name"
         ) from None
     return tag_version(name, head_properties(), table)
-
-
-def resolve_tag(properties: Mapping[str, str], name: str, *, table: object = "the table") -> int:
-    """The version tag ``name`` names in ``properties`` (a table's, at its head): ``InvalidArgument``
-    for text that cannot be a tag name (``"12"`` is a number written as text, never a tag),
-    ``VersionNotFound`` naming the tag when the table has none of that name."""
-    if not isinstance(name, str):
-        raise InvalidArgument(f"a tag name is text, not {type(name).__name__}")
-    number = version_or_tag(name, lambda: properties, table)
-    assert isinstance(number, int)
-    return number
-
-
-def oldest_tagged(properties: Mapping[str, str]) -> int | None:
-    """The lowest version any tag names (what vacuum, history retention and pruning keep)."""
-    return min(tags_of(properties).values(), default=None)

@@ -7,9 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from segcat.catalog.errors import InvalidArgument, VersionNotFound
-from segcat.catalog.protocol.tags import TAG_PREFIX, tags_of
-from segcat.catalog.read.tag_lookup import oldest_tagged, resolve_tag
+from segcat.catalog.protocol.tags import TAG_PREFIX, oldest_tag, tags_of
+from segcat.catalog.read.tag_lookup import version_or_tag
 from segcat.catalog.read.vacuum import SegmentLife, dropped_files
+
+
+def resolve_tag(properties: dict[str, str], name: str) -> object:
+    return version_or_tag(name, lambda: properties, "t")
+
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_.-]{0,20}", fullmatch=True)
 VALUES = st.one_of(
@@ -32,7 +37,7 @@ def test_a_name_resolves_to_the_decimal_its_property_holds_or_to_a_typed_error(
             assert name not in found
             with pytest.raises(VersionNotFound, match=repr(name).replace(".", r"\.")):
                 resolve_tag(properties, name)
-    assert oldest_tagged(properties) == min(found.values(), default=None)
+    assert oldest_tag(properties) == min(found.values(), default=None)
 
 
 @pytest.mark.parametrize("text", ["12", "+3", "-1", " 7", "a b", "", "x" * 200, "ü"])
