@@ -43,6 +43,7 @@ from segcat.catalog.storage.redis.leases import default_holder
 from segcat.catalog.write.writer import Writer
 
 TAG_HOLDER_KIND = "segcat-tag"
+MAX_WAIT_S = 24 * 3600.0
 CHECK_THREADS = 8
 """Files whose existence is checked at once (one metadata request each on object storage)."""
 
@@ -70,6 +71,8 @@ def create_tag(
     check_tag_name(name)
     if not isinstance(replace, bool):
         raise InvalidArgument(f"replace must be true or false, not {replace!r}")
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s <= MAX_WAIT_S:
+        raise InvalidArgument(f"wait_s must be a number of seconds from 0 to {MAX_WAIT_S:g}, not {wait_s!r}")
     if isinstance(version, bool) or not (version is None or isinstance(version, int | str)):
         raise InvalidArgument(f"a version is an integer offset or a tag name, not {version!r}")
     if reader.redis is None:

@@ -83,6 +83,8 @@ def test_a_tag_names_a_version_every_reader_resolves(tconfig: Config, ttable: Ta
         (lambda t: t.tag("ok", -3), InvalidArgument, "not an offset"),
         (lambda t: t.tag("ok", True), InvalidArgument, "integer offset or a tag name"),
         (lambda t: t.tag("ok", replace="yes"), InvalidArgument, "replace"),
+        (lambda t: t.tag("ok", wait_s=float("nan")), InvalidArgument, "wait_s"),
+        (lambda t: t.tag("ok", wait_s=-1), InvalidArgument, "wait_s"),
         (lambda t: t.tag("ok", "missing"), VersionNotFound, "no tag 'missing'"),
         (lambda t: t.snapshot("12"), InvalidArgument, "neither a version"),
         (lambda t: t.snapshot("no such"), InvalidArgument, "neither a version"),
