@@ -778,8 +778,6 @@ def _delete(
     pool = ThreadPoolExecutor(max_workers=DELETE_THREADS)
     try:  # a few batches in flight at a time: a stop (or a kill) leaves the rest for the next run
         with contextlib.ExitStack() as stack:
-            if fence is not None:
-                stack.callback(fence.release)
             if checking is not None:
                 stack.enter_context(checking)
             for start in range(0, total, BATCH):
@@ -790,6 +788,8 @@ def _delete(
                 settle(in_flight.popleft())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if fence is not None:  # only once no batch can delete any more
+            fence.release()
         if kept:
             saved_paths = {item.path for item in kept}
             report.files = [item for item in report.files if item.path not in saved_paths]
