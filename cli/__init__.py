@@ -29,6 +29,7 @@ from segcat.cli.lifecycle_cmds import prune_cmd, vacuum_cmd
 from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.service_cmds import watch_cmd
 from segcat.cli.table_cmds import table
+from segcat.cli.tag_cmds import tag
 
 
 def exit_code(exc: BaseException) -> int:
@@ -184,6 +185,7 @@ for _command in (
     leases_cmd,
     prune_cmd,
     vacuum_cmd,
+    tag,
 ):
     cli.add_command(_command)
 

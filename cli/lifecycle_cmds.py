@@ -116,6 +116,15 @@ def vacuum_cmd(
     console.print(
         f"{verb} {total:,} files; kept {report.kept_by_grace:,} inside the grace period and "
         f"{report.kept_by_intent:,} under open write intents"
-        + (f"; {report.kept_by_recheck:,} registered while it ran" if report.kept_by_recheck else "")
+        + (
+            f"; {report.kept_by_recheck:,} saved by the last look before deleting"
+            if report.kept_by_recheck
+            else ""
+        )
         + (f"; leased versions: {list(report.leased_versions)}" if report.leased_versions else "")
+        + (
+            f"; {report.kept_by_tag:,} kept for tagged versions {list(report.tagged_versions)}"
+            if report.kept_by_tag
+            else ""
+        )
     )

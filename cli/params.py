@@ -11,13 +11,17 @@ from typing import TYPE_CHECKING
 
 import click
 
+from segcat.catalog.errors import InvalidArgument
+from segcat.catalog.protocol.tags import check_tag_name
 from segcat.catalog.read.as_of import parse_as_of
 from segcat.catalog.read.retention import MAX_DURATION_MS
 
 if TYPE_CHECKING:  # click ≥ 8.2 makes ParamType generic; subscripting it at run time needs that
     _IntType = click.ParamType[int]
+    _VersionType = click.ParamType[int | str]
+    _TextType = click.ParamType[str]
 else:
-    _IntType = click.ParamType
+    _IntType = _VersionType = _TextType = click.ParamType
 
 INT64_MAX = 2**63 - 1
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -57,6 +61,38 @@ class Integer(_IntType):
 
 VERSION = Integer(-1, what="a version", note="; versions are Kafka offsets, -1 is the empty table")
 """A table version: an offset ≥ 0, or -1 for the empty table (what ``Table.snapshot`` accepts)."""
+
+
+class VersionOrTag(_VersionType):
+    """A version (as ``VERSION``) or a tag's name (checked as tag names are; resolved when read)."""
+
+    name = "version-or-tag"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, str) and value and not _INTEGER.fullmatch(value):
+            try:
+                return check_tag_name(value)
+            except InvalidArgument as exc:
+                self.fail(f"{value[:40]!r} is neither a version nor a tag name: {exc}", param, ctx)
+        return VERSION.convert(value, param, ctx)
+
+
+VERSION_OR_TAG = VersionOrTag()
+
+
+class TagName(_TextType):
+    """A tag's name, refused before any I/O when it cannot be one (exit 2)."""
+
+    name = "tag"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            return check_tag_name(value)
+        except InvalidArgument as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TAG = TagName()
 OFFSET = Integer(0, what="an offset")
 COUNT = Integer(0, what="a count")
 POSITIVE = Integer(1, what="a positive count")

@@ -9,7 +9,7 @@ from segcat import load_catalog
 from segcat.catalog.protocol.jsonio import commit_to_json, dumps, segment_to_json
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.read import snapshot_json
-from segcat.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION
+from segcat.cli.params import AS_OF, COUNT, OFFSET, POSITIVE, VERSION, VERSION_OR_TAG
 from segcat.cli.render import console, fmt_ts, print_note, replay_progress, segments_view
 
 _STYLE = {
@@ -75,7 +75,11 @@ TEXT_LIMIT = 50
 @click.command("show")
 @click.argument("name")
 @click.option(
-    "--version", "version", type=VERSION, default=None, help="Any offset up to the head; default: the head."
+    "--version",
+    "version",
+    type=VERSION_OR_TAG,
+    default=None,
+    help="Any offset up to the head, or a tag's name; default: the head.",
 )
 @click.option(
     "--as-of", "as_of", type=AS_OF, default=None, help="Broker time: epoch ms or ISO-8601 (UTC if no zone)."
@@ -89,11 +93,15 @@ TEXT_LIMIT = 50
     is_flag=True,
     help="Strict JSON; live_segments is the total, truncated says whether --limit cut the list.",
 )
-def show_cmd(name: str, version: int | None, as_of: int | None, limit: int | None, as_json: bool) -> None:
-    """The live segments of table NAME at a version or time."""
+def show_cmd(
+    name: str, version: int | str | None, as_of: int | None, limit: int | None, as_json: bool
+) -> None:
+    """The live segments of table NAME at a version (or tag) or time."""
     if version is not None and as_of is not None:
         raise click.UsageError("give --version or --as-of, not both")
     table = load_catalog().load_table(name)
+    if isinstance(version, str):
+        version = table.resolve_version(version)
     with replay_progress("replaying") as progress:
         snap = table.snapshot(version, as_of=as_of, progress=progress)
     note = snap.note or snapshot_json.version_note(table, version, snap)

@@ -17,6 +17,7 @@ from segcat import InvalidArgument, SegcatError, ServiceUnavailable, Snapshot, p
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import check_identifier
 from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.tags import tags_of
 from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.as_of import parse_as_of
 from segcat.catalog.storage.redis import Head
@@ -161,8 +162,26 @@ def table_head(table: str, ctx: Ctx) -> dict[str, Any]:
     end = opened.log_end()
     snap = opened.snapshot(end, include_dropped=True) if end >= 0 else opened.snapshot(include_dropped=True)
     head = views.head_from_snapshot(snap, _redis_head(ctx, opened.name.qualified, opened.log_id), end)
+    head["tags"] = tags_of(snap.properties)
     head["activity"] = ctx.activity.activity(opened.name.qualified, end, lambda: opened)
     return head
+
+
+@router.get("/{table}/tags", summary="The table's tags: named versions, kept until dropped")
+def tags(table: str, ctx: Ctx) -> Response:
+    """Each tag's name and version at the exact head (``segcat.tag.*`` properties), with the
+    broker time of the tagged version; ``/snapshot?tag=NAME`` reads one."""
+    opened = ctx.tables.open(table)
+    end = opened.log_end()
+    snap = opened.snapshot(end, include_dropped=True) if end >= 0 else opened.snapshot(include_dropped=True)
+    found = tags_of(snap.properties)
+    return _json(
+        {
+            "table": opened.name.qualified,
+            "version": snap.version,
+            "tags": [{"name": name, "version": version} for name, version in found.items()],
+        }
+    )
 
 
 @router.get(
@@ -176,14 +195,17 @@ def snapshot(
     ctx: Ctx,
     version: Version = None,
     as_of: Annotated[str | None, Query(description="Epoch ms or ISO-8601 (UTC if no zone).")] = None,
+    tag: Annotated[str | None, Query(max_length=200, description="The version this tag names.")] = None,
     where: Annotated[str | None, Query(max_length=16_384, description="A predicate to prune by.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1_000,
     after: Annotated[str | None, Query(max_length=512, description="Continue after this segment id.")] = None,
 ) -> Any:
-    if version is not None and as_of is not None:
-        raise InvalidArgument("give version or as_of, not both")
+    if sum(x is not None for x in (version, as_of, tag)) > 1:
+        raise InvalidArgument("give one of version, as_of and tag")
     predicate = parse_predicate(where) if where is not None else None
     opened = ctx.tables.open(table)
+    if tag is not None:
+        version = opened.resolve_version(tag).bound
     snap = opened.snapshot(version, _as_of(as_of))
     note = snap.note or snapshot_json.version_note(opened, version, snap)
     total, rows, size = snap.live_count, snap.live_rows, snap.live_bytes

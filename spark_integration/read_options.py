@@ -150,6 +150,16 @@ class SourceOptions:
         except ValueError:
             raise InvalidArgument(f"option {key} must be an integer, got {raw[:40]!r}") from None
 
+    def version_option(self, key: str) -> int | str | None:
+        """An integer version, or a tag's name (resolved by the snapshot that reads it)."""
+        raw = self.get(key)
+        if raw is None or raw == "":
+            return None
+        text = raw.strip()
+        if text.lstrip("+-").isdigit():
+            return int(text)
+        return text
+
     def starting_after(self, follower: VersionFollower) -> int:
         """The offset before the first version to emit (``startingVersion`` - 1)."""
         raw = (self.get("startingVersion") or "earliest").strip().lower()

@@ -81,13 +81,13 @@ def open_table(table: TableRef, config: Config | None) -> Table:
 def read(
     spark: SparkSession,
     table: TableRef,
-    version: int | None = None,
+    version: int | str | None = None,
     as_of: AsOf | None = None,
     where: Predicate | Column | str | None = None,
     filter: str | None = None,
     config: Config | None = None,
 ) -> DataFrame:
-    """The table's rows at ``version`` / ``as_of`` (default: the head).
+    """The table's rows at ``version`` (an offset, or a tag's name) / ``as_of`` (default: the head).
 
     ``where`` as a ``segcat.catalog.protocol.expressions`` predicate prunes segments by their stats *and*
     filters rows (both with Spark SQL's semantics in this session, its time zone included:
@@ -114,6 +114,8 @@ def read(
     at_ms = as_of_ms(as_of)
     if version is None:  # the version to lease first; the snapshot then reads exactly that one
         version, at_ms = opened.resolve_version(as_of=at_ms), None
+    elif isinstance(version, str):  # a tag: the version it names now
+        version = opened.resolve_version(version, as_of=at_ms)
     lease = hold_or_warn(opened.lease(version, holder=_holder("read"))) if _leasable(version) else None
     try:
         snapshot = opened.snapshot(version, as_of=at_ms)

@@ -122,11 +122,11 @@ def read_partition(reads: Sequence[FileRead], schema: pa.Schema, config: Config)
 
 def pin_version(options: SourceOptions) -> RowsAt:
     """The version a rows read reads (``versionAsOf``, ``timestampAsOf`` or the head) and its schema."""
-    version = options.int_option("versionAsOf")
+    version = options.version_option("versionAsOf")
     timestamp = options.get("timestampAsOf")
     if version is not None and timestamp is not None:
         raise InvalidArgument("give versionAsOf or timestampAsOf, not both")
-    if version is not None and version < 0:
+    if isinstance(version, int) and version < 0:
         raise InvalidArgument(f"versionAsOf must be ≥ 0, not {version}")
     at = None if timestamp is None else as_of_ms(int(timestamp) if timestamp.isdigit() else timestamp)
     config = options.config()

@@ -67,7 +67,7 @@ class SegmentsReader(DataSourceReader):
                 raise InvalidArgument(
                     f"{key} bounds the history (view=versions), not one snapshot's segments"
                 )
-        self._version = options.int_option("versionAsOf")
+        self._version = options.version_option("versionAsOf")
         timestamp = options.get("timestampAsOf")
         self._as_of = (
             None if timestamp is None else as_of_ms(int(timestamp) if timestamp.isdigit() else timestamp)

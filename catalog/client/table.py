@@ -36,7 +36,9 @@ from segcat.catalog.read.log_pruning import PruneResult
 from segcat.catalog.read.scan import Scan, open_scan
 from segcat.catalog.read.snapshot import Snapshot, SnapshotDiff
 from segcat.catalog.read.table import HistoryEntry, TableReader
+from segcat.catalog.read.vacuum_fence import DEFAULT_WAIT_S
 from segcat.catalog.read.watch import Watcher
+from segcat.catalog.write import tagging
 from segcat.catalog.write.intent import DEFAULT_INTENT_TTL_S, WriteIntent
 from segcat.catalog.write.writer import Planner, Writer, default_writer_id
 
@@ -108,15 +110,16 @@ class Table:
 
     def snapshot(
         self,
-        version: int | None = None,
+        version: int | str | None = None,
         *,
         as_of: AsOf | None = None,
         stale_ok: bool = False,
         include_dropped: bool = False,
         progress: Progress | None = None,
     ) -> Snapshot:
-        """The table at ``version`` (any offset up to the log's end) or ``as_of`` a broker time;
-        default: the head as of the log's end, so a reader always sees the latest commit.
+        """The table at ``version`` (any offset up to the log's end, or a tag's name) or ``as_of``
+        a broker time; default: the head as of the log's end, so a reader always sees the latest
+        commit.
 
         ``as_of`` names the last version at or before that time. ``stale_ok=True`` (head only)
         answers from the materialized head at once; ``Snapshot.behind`` then says how many log
@@ -138,10 +141,11 @@ class Table:
             version, at_ms, listener=listener, stale_ok=stale_ok, include_dropped=include_dropped
         )
 
-    def resolve_version(self, version: int | None = None, *, as_of: AsOf | None = None) -> int:
-        """The offset a ``snapshot`` with these arguments covers: ``version`` itself, the last
-        record at or before ``as_of``, or the log's end. Lease it first (``lease``), then read
-        ``snapshot(that)``: vacuum cannot delete the files in between."""
+    def resolve_version(self, version: int | str | None = None, *, as_of: AsOf | None = None) -> int:
+        """The offset a ``snapshot`` with these arguments covers: ``version`` itself (or the one
+        the tag ``version`` names), the last record at or before ``as_of``, or the log's end.
+        Lease it first (``lease``), then read ``snapshot(that)``: vacuum cannot delete the files
+        in between."""
         return self._reader.resolve_version(version, as_of_ms(as_of)).bound
 
     def history(self) -> list[HistoryEntry]:
@@ -201,6 +205,10 @@ class Table:
         """A lease on ``version`` (``with table.lease(v): ...``): vacuum keeps every file it needs
         while held; renewed every third of ``ttl_s``. Needs Redis (``ServiceUnavailable`` on enter)."""
         return self._reader.lease(version, ttl_s=ttl_s, holder=holder)
+
+    def tags(self) -> dict[str, int]:
+        """Every tag of the table (at its head): name → version, by name."""
+        return self._reader.tags()
 
     def protocol(self) -> Protocol:
         """The protocol (rules version and features) the log is at now."""
@@ -334,6 +342,30 @@ class Table:
     def set_schema(self, schema_json: str) -> int:
         """Record the table's schema (Spark's JSON); the commit's version."""
         return self._write().set_schema(schema_json)
+
+    def tag(
+        self,
+        name: str,
+        version: int | str | None = None,
+        *,
+        replace: bool = False,
+        wait_s: float = DEFAULT_WAIT_S,
+    ) -> int:
+        """Name ``version`` (default: the head) ``name``: readable as ``snapshot(version=name)``, kept
+        by vacuum and history retention until ``drop_tag(name)``; the tag commit's version.
+
+        The version is leased and checked whole (its files still on storage) before the tag is
+        committed. ``replace=True`` moves an existing tag (otherwise ``InvalidArgument``, as
+        Iceberg's ``createTag`` / ``replaceTag``). Needs Redis (``ServiceUnavailable``); waits up to
+        ``wait_s`` for a vacuum that was already running. Errors: ``VersionNotFound``,
+        ``VersionExpired``, ``DataFileMissing``, ``TableDropped``.
+        """
+        return tagging.create_tag(self._reader, self._write(), name, version, replace=replace, wait_s=wait_s)
+
+    def drop_tag(self, name: str) -> int:
+        """Remove tag ``name`` (vacuum may then remove what only its version listed); the commit's
+        version. ``VersionNotFound`` when there is no such tag."""
+        return tagging.drop_tag(self._reader, self._write(), name)
 
     # ------------------------------------------------------------------ maintenance
 

@@ -59,3 +59,9 @@ def tags_of(properties: Mapping[str, str]) -> dict[str, int]:
             continue
         tags[name] = int(value)
     return dict(sorted(tags.items()))
+
+
+def oldest_tag(properties: Mapping[str, str]) -> int | None:
+    """The lowest version any tag names (what vacuum, history retention and log pruning keep
+    from); None when the table has no tag."""
+    return min(tags_of(properties).values(), default=None)

@@ -35,7 +35,7 @@ class PrunePlan:
     prune_point: int
     """The last offset pruned; ``log_start - 1`` when there is nothing to prune."""
     limit: str
-    """What bounded the prune point: key frames, retain-versions, retain-age or nothing to do."""
+    """What bounded the prune point: key frames, tags, retain-versions, retain-age or nothing to do."""
     nulls: tuple[bytes, ...] = ()
     """The keys that get a null record (every key ≤ P without a record after P)."""
     kept_keys: tuple[bytes, ...] = field(default=())
@@ -79,10 +79,17 @@ def plan_prune(
     retain_versions: int | None = None,
     retain_age_ms: int | None = None,
     now_ms: int | None = None,
+    keep_from: int | None = None,
 ) -> PrunePlan:
-    """Where the log can be cut now, and the keys that need a null record."""
+    """Where the log can be cut now, and the keys that need a null record.
+
+    ``keep_from``: the oldest version that must stay in Kafka (the oldest tagged version:
+    the log start never passes a tag, docs/LIFECYCLE.md).
+    """
     check_retention(retain_versions, retain_age_ms)
     bound, limit = prunable_upto(files), "key frames"
+    if keep_from is not None and keep_from - 1 < bound:
+        bound, limit = keep_from - 1, "tags"
     with LogReader(config, name) as reader:
         end = reader.watermarks()[1] - 1
         if retain_versions is not None and end - retain_versions < bound:

@@ -45,8 +45,9 @@ from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.replay import Applied, Listener
 from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
+from segcat.catalog.protocol.tags import oldest_tag, tags_of
 from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
-from segcat.catalog.read import log_pruning, lookup
+from segcat.catalog.read import log_pruning, lookup, tag_lookup
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease, acquire_lease
 from segcat.catalog.read.log_pruning import PruneResult
@@ -221,15 +222,18 @@ class TableReader:
         with self._reader() as reader:
             return reader.watermarks()[1] - 1
 
-    def resolve_version(self, version: int | None = None, as_of_ms: int | None = None) -> Resolved:
-        """The offset bound a snapshot covers: ``version``, the last record ≤ ``as_of_ms``, or the log's end.
+    def resolve_version(self, version: int | str | None = None, as_of_ms: int | None = None) -> Resolved:
+        """The offset bound a snapshot covers: ``version`` (or the version tag ``version`` names),
+        the last record ≤ ``as_of_ms``, or the log's end.
 
         ``InvalidArgument`` for values that can never name a version, ``VersionNotFound`` for
-        a version beyond the log's end (it names the head). A time after the last record
-        resolves to the log's end, and the answer says so.
+        a version beyond the log's end (it names the head) or a tag the table lacks. A time
+        after the last record resolves to the log's end, and the answer says so.
         """
         if version is not None and as_of_ms is not None:
             raise InvalidArgument("give a version or as_of, not both")
+        if isinstance(version, str):
+            version = self.tag_version(version)
         if version is not None:
             _check_version_argument(version)
         if as_of_ms is not None:
@@ -281,9 +285,22 @@ class TableReader:
             except LogPruned as exc:
                 raise self._expired(bound) or exc from exc
 
+    def tag_version(self, name: str) -> int:
+        """The version tag ``name`` names now (the head's properties: one head lookup)."""
+        number = tag_lookup.version_or_tag(
+            name, lambda: self.snapshot(include_dropped=True).properties, self.name.qualified
+        )
+        if not isinstance(number, int):
+            raise InvalidArgument(f"a tag name is text, not {type(name).__name__}")
+        return number
+
+    def tags(self) -> dict[str, int]:
+        """Every tag of the table at its head: name → version, by name."""
+        return tags_of(self.snapshot(include_dropped=True).properties)
+
     def snapshot(
         self,
-        version: int | None = None,
+        version: int | str | None = None,
         as_of_ms: int | None = None,
         *,
         listener: Listener | None = None,
@@ -299,7 +316,10 @@ class TableReader:
         answers from the materialized head at once; the snapshot's ``behind`` then says how
         many log records it trails by. ``sources`` narrows the lookup chain (tests, tools).
         A dropped table raises ``TableDropped`` unless ``include_dropped`` (undrop, purge, tools).
+        A text ``version`` is a tag name (``tag_lookup``), resolved at the head first.
         """
+        if isinstance(version, str):
+            version = self.tag_version(version)
         if stale_ok and version is None and as_of_ms is None and "redis" in sources:
             materialized = self._materialized_head()
             if materialized is not None:
@@ -574,9 +594,23 @@ class TableReader:
             head.log_start,
             retain_versions=retain_versions,
             retain_age_ms=retain_age_ms,
+            keep_from=oldest_tag(head.properties),
         )
         if dry_run or not plan.prunes:
             return PruneResult(plan, None)
+        tagged = oldest_tag(self.snapshot(include_dropped=True).properties)
+        if tagged is not None and tagged <= plan.prune_point:  # a tag made while planning
+            plan = log_pruning.plan_prune(
+                self.config,
+                self.name,
+                self.files,
+                head.log_start,
+                retain_versions=retain_versions,
+                retain_age_ms=retain_age_ms,
+                keep_from=tagged,
+            )
+            if not plan.prunes:
+                return PruneResult(plan, None)
         log_pruning.write_nulls(self.config, self.name, plan.nulls)
         version = self._publish(head, Operation.SET_PROPERTIES, "prune", log_pruning.marker_properties(plan))
         return PruneResult(plan, version)

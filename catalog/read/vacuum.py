@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -50,9 +50,12 @@ from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, OpenIntent, TableState
+from segcat.catalog.protocol.tags import tags_of
 from segcat.catalog.read import broker_clock
+from segcat.catalog.read.lease import HeldLease
 from segcat.catalog.read.retention import check_duration, check_retain_versions
 from segcat.catalog.read.table import TableReader
+from segcat.catalog.read.vacuum_fence import hold_fence
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.objectstore import TEMP_MARKER, ObjectStore
 from segcat.catalog.storage.redis.leases import LeaseStore
@@ -90,6 +93,10 @@ class Doomed:
     key: str = field(default="", compare=False)
     """Dropped and orphan files: the file's path as segments spell it (relative to the root when
     under it), what the re-check before deleting compares with newly registered paths."""
+    spans: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """Dropped files: each life's (added, dropped) versions; the file is listed by every version
+    ``v`` with ``added <= v < dropped`` (what the re-check keeps for a newly leased or tagged one).
+    History objects: ``((-1, f),)``, where f is the oldest key frame the plan keeps."""
 
 
 @dataclass
@@ -108,6 +115,10 @@ class VacuumReport:
     kept_by_recheck: int = 0
     """Planned deletions the last look at the log saved: registered again, or under a new intent."""
     leased_versions: tuple[int, ...] = ()
+    tagged_versions: tuple[int, ...] = ()
+    """The versions the table's tags name: each keeps every file it lists, whatever H is."""
+    kept_by_tag: int = 0
+    """Dropped files past the horizon and the grace period that a tagged version still lists."""
     open_intents: int = 0
     dropped_done_upto: int = -1
     """Every file dropped at or before this version is deleted (the next run starts after it)."""
@@ -124,6 +135,8 @@ class VacuumReport:
     """The broker time drops, intents and history were judged at (never after the broker's now)."""
     recheck: Recheck | None = field(default=None, repr=False, compare=False)
     """What ``execute`` re-reads the log with right before each batch of deletes."""
+    leases: LeaseStore | None = field(default=None, repr=False, compare=False)
+    """Where ``execute`` holds its fence and reads the leases again (None: leases ignored)."""
 
     def by_reason(self) -> dict[str, dict[str, int]]:
         summary: dict[str, dict[str, int]] = {}
@@ -148,6 +161,8 @@ class VacuumReport:
             "kept_by_intent": self.kept_by_intent,
             "kept_by_recheck": self.kept_by_recheck,
             "leased_versions": list(self.leased_versions),
+            "tagged_versions": list(self.tagged_versions),
+            "kept_by_tag": self.kept_by_tag,
             "open_intents": self.open_intents,
             "dropped_done_upto": self.dropped_done_upto,
             "broker_now_ms": self.broker_now_ms,
@@ -225,17 +240,23 @@ def vacuum(
     check_duration(grace, "grace")
     end = head.version
     horizon = max(end - keep_n + 1, 0)
-    leased = _leased_versions(table, leases, ignore_leases)
+    lease_store = None if ignore_leases else _lease_store(table, leases)
+    leased = _leased_versions(table, lease_store, ignore_leases)
     if leased:
         horizon = min(horizon, leased[0])
-    report = VacuumReport(table.name.qualified, horizon, end, grace, dry_run, leased_versions=leased)
+    tagged = tuple(sorted(set(tags_of(properties).values())))
+    report = VacuumReport(
+        table.name.qualified, horizon, end, grace, dry_run, leased_versions=leased, tagged_versions=tagged
+    )
+    report.leases = lease_store
     try:
         allowed = locations.parse_allowed(properties.get(ALLOWED_LOCATIONS_PROPERTY))
     except ValueError:
         allowed = ()
     key = _Keys(root)
     now = max(history.newest_ms, head.last_accepted_timestamp_ms)
-    doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
+    keep = [v for v in tagged if v < horizon]
+    doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace, keep)
     if (fresh_clock if fresh_clock is not None else not dry_run) and _clock_too_old(head, kept, now, grace):
         try:
             now = max(now, broker_clock.now_ms(table, head.protocol, end))
@@ -243,7 +264,7 @@ def vacuum(
             log.warning(
                 "vacuum could not write a clock record", extra={"table": report.table, "error": str(exc)}
             )
-        doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace)
+        doomed, kept = dropped_files(history.lives, key, horizon, done_upto, now - grace, keep)
     report.broker_now_ms = now
     for life in doomed + kept:
         if locations.is_absolute_uri(life.path) and locations.allowed_problem(life.path, root, allowed):
@@ -252,8 +273,10 @@ def vacuum(
                 "root and allowed locations; vacuum deletes nothing (remove it by hand if it is yours)"
             )
     report.kept_by_grace += len(kept)
+    report.kept_by_tag = _count_tag_kept(history.lives, key, horizon, done_upto, keep)
     report.files.extend(
-        Doomed(_absolute(root, life.path), life.size, "dropped", key(life.path)) for life in doomed
+        Doomed(_absolute(root, life.path), life.size, "dropped", key(life.path), life.spans)
+        for life in doomed
     )
     intents = head.live_intents(now)
     report.open_intents = len(intents)
@@ -261,12 +284,14 @@ def vacuum(
     report.cutoff_ms = -1 if storage_now is None else storage_now - grace
     report.protected_prefixes = [_relative_prefix(i.prefix, root) for i in intents]
     report.referenced = {key(e.path) for e in history.lives}
-    report.recheck = Recheck(table, head, root, {i.intent_id for i in head.intents.values()}, data_store)
+    report.recheck = Recheck(
+        table, head, root, {i.intent_id for i in head.intents.values()}, data_store, {*leased, *tagged}
+    )
     _orphans(report, data_store, listed, intents)
-    report.files.extend(_history_objects(table, properties, now))
+    report.files.extend(_history_objects(table, properties, now, (*leased, *tagged)))
     _dedupe(report)
     report.dropped_done_upto = min(
-        [horizon, *(life.dropped - 1 for life in kept if life.dropped is not None)]
+        [horizon, *keep, *(life.dropped - 1 for life in kept if life.dropped is not None)]
     )
     if not dry_run:
         execute(table, report, progress)
@@ -274,31 +299,66 @@ def vacuum(
 
 
 def dropped_files(
-    lives: Iterable[SegmentLife], key: Callable[[str], str], horizon: int, done_upto: int, cutoff_ms: int
+    lives: Iterable[SegmentLife],
+    key: Callable[[str], str],
+    horizon: int,
+    done_upto: int,
+    cutoff_ms: int,
+    keep: Sequence[int] = (),
 ) -> tuple[list[SegmentLife], list[SegmentLife]]:
     """The dropped files that may go, and those the grace period keeps: each file's *last* life.
 
     A file (one ``key``) may have been registered, dropped and registered again; it is
     deletable only when every life after ``done_upto`` (the earlier ones were dealt with by
-    an earlier run) ended with a drop at a version ≤ ``horizon``, and goes only when the
-    newest of those drops is older than ``cutoff_ms`` (broker time). Each file appears once,
-    as its last life.
+    an earlier run) ended with a drop at a version ≤ ``horizon``, and no life spans a version
+    of ``keep`` (tagged versions older than the horizon); it goes only when the newest of those
+    drops is older than ``cutoff_ms`` (broker time). Each file appears once, as its last life,
+    with every life's (added, dropped) in ``spans``.
     """
+    doomed: list[SegmentLife] = []
+    kept: list[SegmentLife] = []
+    for group in _groups(lives, key, done_upto):
+        if _needed(group, horizon, keep):
+            continue  # some version ≥ H, or a tagged one, references the file
+        last = max(group, key=lambda life: (life.dropped or 0, life.dropped_ms))
+        newest_ms = max(life.dropped_ms for life in group)
+        spans = tuple((life.added, life.dropped or 0) for life in group)
+        (kept if newest_ms > cutoff_ms else doomed).append(
+            SegmentLife(last.path, last.size, last.added, last.dropped, newest_ms, spans)
+        )
+    return doomed, kept
+
+
+def _groups(
+    lives: Iterable[SegmentLife], key: Callable[[str], str], done_upto: int
+) -> Iterable[list[SegmentLife]]:
     by_key: dict[str, list[SegmentLife]] = {}
     for life in lives:
         if life.dropped is None or life.dropped > done_upto:
             by_key.setdefault(key(life.path), []).append(life)
-    doomed: list[SegmentLife] = []
-    kept: list[SegmentLife] = []
-    for group in by_key.values():
-        if any(life.dropped is None or life.dropped > horizon for life in group):
-            continue  # some version ≥ H references the file
-        last = max(group, key=lambda life: (life.dropped or 0, life.dropped_ms))
-        newest_ms = max(life.dropped_ms for life in group)
-        (kept if newest_ms > cutoff_ms else doomed).append(
-            SegmentLife(last.path, last.size, last.added, last.dropped, newest_ms)
-        )
-    return doomed, kept
+    return by_key.values()
+
+
+def _needed(group: list[SegmentLife], horizon: int, keep: Sequence[int]) -> bool:
+    return any(
+        life.dropped is None
+        or life.dropped > horizon
+        or any(life.added <= version < life.dropped for version in keep)
+        for life in group
+    )
+
+
+def _count_tag_kept(
+    lives: Iterable[SegmentLife], key: Callable[[str], str], horizon: int, done_upto: int, keep: Sequence[int]
+) -> int:
+    """Files only a tagged version older than the horizon still needs (the report's ``kept_by_tag``)."""
+    if not keep:
+        return 0
+    return sum(
+        1
+        for group in _groups(lives, key, done_upto)
+        if not _needed(group, horizon, ()) and _needed(group, horizon, keep)
+    )
 
 
 def _clock_too_old(head: TableState, kept: list[SegmentLife], now_ms: int, grace_ms: int) -> bool:
@@ -355,12 +415,16 @@ def _orphans(
         report.files.append(Doomed(full, size, "orphan", relative))
 
 
-def _leased_versions(table: TableReader, leases: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
-    if ignore:
-        return ()
+def _lease_store(table: TableReader, leases: LeaseStore | None) -> LeaseStore:
     store = leases or (LeaseStore.from_store(table.redis) if table.redis is not None else None)
     if store is None:
         raise ServiceUnavailable("vacuum needs Redis to see version leases (or --ignore-leases)")
+    return store
+
+
+def _leased_versions(table: TableReader, store: LeaseStore | None, ignore: bool) -> tuple[int, ...]:
+    if ignore or store is None:
+        return ()
     try:
         return tuple(sorted(store.leased_versions(table.name)))
     except ServiceUnavailable as exc:
@@ -396,7 +460,8 @@ def execute(table: TableReader, report: VacuumReport, progress: Progress | None 
 
 class Recheck:
     """The log read again right before files go: what a commit registered, or a write intent
-    announced, after the vacuum read the head is kept.
+    announced, after the vacuum read the head is kept; so is every file of a version tagged, or
+    leased (``leases``: read again too), since the plan.
 
     Holds the vacuum's image of the head; ``refresh`` judges the records after it (one
     watermark request when there are none). A path registered since the plan is kept, whatever
@@ -408,7 +473,13 @@ class Recheck:
     """
 
     def __init__(
-        self, table: TableReader, image: TableState, root: str, known_intents: set[str], store: ObjectStore
+        self,
+        table: TableReader,
+        image: TableState,
+        root: str,
+        known_intents: set[str],
+        store: ObjectStore,
+        protected: set[int] | None = None,
     ) -> None:
         self.table = table
         self.image = image
@@ -423,6 +494,12 @@ class Recheck:
         """Prefixes (relative to the root where under it) of the intents opened since the plan."""
         self._open_ids: set[str] = set()
         self._follower: Follower | None = None
+        self.protected: set[int] = set(protected or ())
+        """Versions the plan already kept every file of (leased or tagged when it read them)."""
+        self.newly_protected: set[int] = set()
+        """Versions tagged or leased since the plan: their files are kept by ``keeps``."""
+        self.leases: LeaseStore | None = None
+        """Set by ``execute`` (which holds the fence): the leases are read again at each refresh."""
 
     def __enter__(self) -> Recheck:
         self._follower = Follower(self.table.config, self.table.name, self.image, files=self.table.files)
@@ -444,6 +521,10 @@ class Recheck:
         self.prefixes = [
             _relative_prefix(i.prefix, self.root) for i in intents if i.intent_id not in self.known_intents
         ]
+        versions = set(tags_of(self.image.properties).values())
+        if self.leases is not None:
+            versions |= self.leases.leased_versions(self.table.name)  # after the fence: sees every lease
+        self.newly_protected |= versions - self.protected
 
     def _listen(self, applied: Applied, _: TableState) -> None:
         delta = applied.delta
@@ -451,7 +532,14 @@ class Recheck:
             self.added.update(self.key(segment.path) for segment in delta.added)
 
     def keeps(self, item: Doomed) -> bool:
-        """Whether a planned deletion must not happen after all (history objects never change)."""
+        """Whether a planned deletion must not happen after all."""
+        if self.newly_protected and item.spans:
+            if item.reason == "history":  # what a version older than the oldest frame kept starts from
+                floor = item.spans[0][1]
+                if any(v < floor for v in self.newly_protected):
+                    return True
+            elif any(a <= v < d for a, d in item.spans for v in self.newly_protected):
+                return True
         if not item.key:
             return False
         if item.key in self.added:
@@ -506,6 +594,8 @@ class SegmentLife:
     added: int
     dropped: int | None = None
     dropped_ms: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
+    """The (added, dropped) versions of every life of the file (``dropped_files`` fills it)."""
 
 
 class _History:
@@ -570,8 +660,11 @@ class _History:
             self.lives.append(life)
 
 
-def _history_objects(table: TableReader, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
-    """Key frames and archives beyond ``segcat.history.retain.*`` (none when neither is set)."""
+def _history_objects(
+    table: TableReader, properties: dict[str, str], now_ms: int, protected: Sequence[int] = ()
+) -> Iterator[Doomed]:
+    """Key frames and archives beyond ``segcat.history.retain.*`` (none when neither is set),
+    never those a ``protected`` (leased or tagged) version is rebuilt from."""
     files = table.files
     assert files is not None
     keep_versions = _property_int(properties, HISTORY_VERSIONS_PROPERTY, None)
@@ -587,16 +680,19 @@ def _history_objects(table: TableReader, properties: dict[str, str], now_ms: int
     if keep_ms is not None:
         with_time = [v for v in frames if _frame_time(files, v) <= now_ms - keep_ms]
         bound = min(bound, with_time[-1] if with_time else -1)
+    if protected:
+        bound = min(bound, min(protected))
     base = [v for v in frames if v <= bound]
     if not base:
         return
     oldest_kept = base[-1]  # the key frame every kept version starts from
+    floor = ((-1, oldest_kept),)
     for version in frames:
         if version < oldest_kept:
-            yield Doomed(files.store.uri(files.keyframe_path(version)), 0, "history")
+            yield Doomed(files.store.uri(files.keyframe_path(version)), 0, "history", spans=floor)
     for ref in files.archives():
         if ref.to_version <= oldest_kept:
-            yield Doomed(files.store.uri(ref.path), 0, "history")
+            yield Doomed(files.store.uri(ref.path), 0, "history", spans=floor)
 
 
 def _frame_time(files: Any, version: int) -> int:
@@ -641,6 +737,11 @@ def _delete(
     def delete_batch(batch: list[Doomed], recheck: Recheck | None) -> tuple[int, int, int]:
         if recheck is not None:
             with lock:  # one reader of the log; the deletes themselves run in parallel
+                if fence is not None and not fence.held:
+                    raise ServiceUnavailable(
+                        f"vacuum of {report.table} lost its fence in Redis; it stopped deleting "
+                        "(run it again)"
+                    )
                 recheck.refresh()
                 saved = [item for item in batch if recheck.keeps(item)]
                 kept.extend(saved)
@@ -670,6 +771,10 @@ def _delete(
             progress(done, total)
 
     checking = report.recheck if report.recheck is not None and items else None
+    fence: HeldLease | None = None
+    if checking is not None and report.leases is not None:
+        fence = hold_fence(report.leases, table.name, report.head)  # before the leases are read again
+        checking.leases = report.leases
     pool = ThreadPoolExecutor(max_workers=DELETE_THREADS)
     try:  # a few batches in flight at a time: a stop (or a kill) leaves the rest for the next run
         with contextlib.ExitStack() as stack:
@@ -683,6 +788,8 @@ def _delete(
                 settle(in_flight.popleft())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if fence is not None:  # only once no batch can delete any more
+            fence.release()
         if kept:
             saved_paths = {item.path for item in kept}
             report.files = [item for item in report.files if item.path not in saved_paths]

@@ -689,6 +689,7 @@ def test_health_readiness_metrics_and_openapi(live: Live, story: Story) -> None:
         "/api/tables",
         "/api/tables/{table}",
         "/api/tables/{table}/snapshot",
+        "/api/tables/{table}/tags",
         "/api/tables/{table}/history",
         "/api/tables/{table}/diff",
         "/api/tables/{table}/events",
@@ -696,7 +697,7 @@ def test_health_readiness_metrics_and_openapi(live: Live, story: Story) -> None:
     }
     assert {"/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
     parameters = spec["paths"]["/api/tables/{table}/snapshot"]["get"]["parameters"]
-    assert {p["name"] for p in parameters} >= {"version", "as_of", "where", "limit", "after"}
+    assert {p["name"] for p in parameters} >= {"version", "as_of", "tag", "where", "limit", "after"}
     for docs in ("/docs", "/redoc"):
         assert_error(live.get(docs), 404, "not_found")
 

@@ -93,7 +93,8 @@ cursors = st.one_of(
 ENDPOINTS = {
     "/api/tables": ["namespace"],
     "/api/tables/{t}": [],
-    "/api/tables/{t}/snapshot": ["version", "as_of", "where", "limit", "after"],
+    "/api/tables/{t}/snapshot": ["version", "as_of", "tag", "where", "limit", "after"],
+    "/api/tables/{t}/tags": [],
     "/api/tables/{t}/history": ["from", "to", "limit", "accepted_only", "intents"],
     "/api/tables/{t}/diff": ["from", "to", "limit"],
     "/api/tables/{t}/events": ["from"],
