@@ -42,6 +42,7 @@ from segcat.materializer import metrics
 from segcat.materializer.backoff import RedisGate
 from segcat.materializer.frame_writer import FrameWriter
 from segcat.materializer.frames import FrameBuilder
+from segcat.materializer.iceberg_publisher import IcebergPublisher
 from segcat.materializer.keyframe_publisher import KeyframePublisher
 from segcat.materializer.publisher import (
     CaughtUp,
@@ -65,6 +66,7 @@ class TableMaterializer:
     ``writer`` runs the key-frame and archive writes in the background (the service shares one
     among its tables); without one they run inline. ``redis`` None: no Redis publisher.
     ``publishers`` make the table's further publishers, handed every delta after the built-in ones.
+    ``iceberg`` False: no Iceberg metadata (``iceberg_publisher``) for this table.
 
     ``identify`` tells which log the topic is now (its topic id, asked of Kafka on every
     recovery): every key frame, archive and Redis value is written bound to it, and only that
@@ -80,6 +82,7 @@ class TableMaterializer:
         writer: FrameWriter | None = None,
         identify: Callable[[], str | None] | None = None,
         publishers: Sequence[PublisherFactory] = (),
+        iceberg: bool = True,
     ) -> None:
         self.name = name
         self.config = config
@@ -98,6 +101,12 @@ class TableMaterializer:
         # key frames first: Redis puts each frame after object storage has it, and knows when a
         # catch-up ends whether a frame of its end is being cut
         built_in: list[Publisher] = [self.keyframes] if self.redis is None else [self.keyframes, self.redis]
+        # Iceberg last of the built-in ones: it never raises, so it never holds the others back
+        self.iceberg = (
+            IcebergPublisher(name, config, redis, files, lambda: self.state.copy()) if iceberg else None
+        )
+        if self.iceberg is not None:
+            built_in.append(self.iceberg)
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
         # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k)
