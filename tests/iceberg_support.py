@@ -71,19 +71,29 @@ def iceberg_rows(location: str, snapshot_id: int | None = None) -> list[dict[str
 
 
 def wait_for_pointer(
-    config: Config, table: str, log_id: str | None, version: int, timeout_s: float = 60.0
+    config: Config,
+    table: str,
+    log_id: str | None,
+    version: int,
+    *,
+    published: bool = True,
+    timeout_s: float = 60.0,
 ) -> IcebergPointer:
-    """Until the table's Iceberg pointer is at ``version`` (published or blocked there)."""
+    """The table's Iceberg pointer once ``version`` is published (``published``), or once the
+    materializer has applied it (the head is there: its Iceberg publisher ran before the head
+    moved), whatever the pointer says then."""
     store = RedisStore.from_config(config)
     name = TableName.parse(table)
     deadline = time.monotonic() + timeout_s
     while True:
         pointer = read_pointer(store, name, log_id)
-        if pointer is not None and (
-            pointer.version >= version
-            or (pointer.blocked_version is not None and pointer.blocked_version <= version)
-        ):
-            return pointer
+        if published:
+            if pointer is not None and pointer.version >= version:
+                return pointer
+        else:
+            head = store.head(name)
+            if pointer is not None and head is not None and head.offset >= version:
+                return pointer
         if time.monotonic() > deadline:
             raise AssertionError(f"the Iceberg pointer of {table} did not reach version {version}: {pointer}")
         time.sleep(0.05)

@@ -7,6 +7,7 @@ old one's metadata."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,8 +15,14 @@ import pytest
 
 from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
+from segcat.catalog.errors import TableAlreadyExists
 from segcat.catalog.iceberg import layout
+from segcat.catalog.iceberg.pointer import read_pointer
+from segcat.catalog.log.topics import TopicAdmin
+from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis import RedisStore
+from segcat.materializer.iceberg_publisher import _deletes_module
 from tests.iceberg_support import iceberg_rows, parquet_segment, segcat_rows, wait_for_pointer
 from tests.materializer_support import (
     PrivateRedis,
@@ -119,3 +126,96 @@ def test_manifests_are_reused_as_the_table_grows(mconfig: Config) -> None:
         doc = json.loads(store.get(layout.metadata_path(files, version)))
         assert doc["current-snapshot-id"] == version
         _check(table, mconfig, version)
+
+
+def test_a_tombstone_blocks_the_metadata_until_the_files_it_deletes_in_are_gone(mconfig: Config) -> None:
+    """No reader is handed rows that differ from segcat's: a version whose tombstones are not
+    exported is not published (the pointer says which and why), nor is any later one while a file
+    the tombstone deletes in is live; once those files are gone, versions are published again."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    exported = _deletes_module() is not None
+    with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        log_id = table.topic.topic_id
+        first = table.append([parquet_segment(table, "a", _rows(0, 4))])
+        _check(table, mconfig, first)
+        tombstone = table.delete(predicates=["id = 1"])
+        later = table.append([parquet_segment(table, "b", _rows(10, 2))])
+        if exported:  # the delete files are written: every version is published
+            _check(table, mconfig, later)
+        else:
+            pointer = wait_for_pointer(mconfig, name, log_id, later, published=False)
+            assert (pointer.version, pointer.blocked_version) == (first, tombstone)
+            assert pointer.reason == "tombstones not yet exported"
+            assert pointer.location is not None
+            assert iceberg_rows(pointer.location) == segcat_rows(table, mconfig, first)
+        # the tombstone deletes in nothing live any more: published again
+        replaced = table.replace([parquet_segment(table, "c", _rows(20, 3))])
+        _check(table, mconfig, replaced)
+
+
+def test_turned_off_dropped_and_purged(mconfig: Config) -> None:
+    """``segcat.iceberg.enabled=false`` stops the metadata (the pointer says so) and turning it on
+    publishes the table as it is; a drop stops it too; a purge removes the files and pointer."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    catalog = Catalog(mconfig)
+    catalog.create_table(name)
+    store = ObjectStore.from_config(mconfig)
+    with running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        with load_catalog(mconfig).load_table(name) as table:
+            log_id = table.topic.topic_id
+            first = table.append([parquet_segment(table, "a", _rows(0, 2))])
+            _check(table, mconfig, first)
+            off = table.set_properties({"segcat.iceberg.enabled": "false"})
+            hidden = table.append([parquet_segment(table, "b", _rows(2, 2))])
+            pointer = wait_for_pointer(mconfig, name, log_id, hidden, published=False)
+            assert (pointer.version, pointer.blocked_version) == (first, off)
+            assert pointer.reason is not None and "segcat.iceberg.enabled=false" in pointer.reason
+            on = table.set_properties({"segcat.iceberg.enabled": None})
+            _check(table, mconfig, on)
+            files = bound_files(mconfig, name)
+            assert store.list(layout.iceberg_dir(files))
+        dropped = catalog.drop_table(name)
+        pointer = wait_for_pointer(mconfig, name, log_id, dropped, published=False)
+        assert pointer.version == on and pointer.blocked_version == dropped
+        assert pointer.reason == "the table is dropped"
+    catalog.purge_table(name)
+    assert read_pointer(RedisStore.from_config(mconfig), TableName.parse(name), log_id) is None
+    assert not store.list(layout.iceberg_dir(files))
+
+
+def test_a_recreated_table_never_serves_the_old_table_s_metadata(mconfig: Config) -> None:
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    catalog = Catalog(mconfig)
+    catalog.create_table(name)
+    with running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        with load_catalog(mconfig).load_table(name) as table:
+            old_log = table.topic.topic_id
+            _check(table, mconfig, table.append([parquet_segment(table, "old", _rows(0, 3))]))
+        admin = TopicAdmin(mconfig)
+        admin.delete(TableName.parse(name))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                catalog.create_table(name)
+                break
+            except TableAlreadyExists:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        with load_catalog(mconfig).load_table(name) as table:
+            assert table.topic.topic_id != old_log
+            assert (
+                read_pointer(RedisStore.from_config(mconfig), TableName.parse(name), table.topic.topic_id)
+                is None
+            )
+            version = table.append([parquet_segment(table, "new", _rows(50, 2))])
+            location = _check(table, mconfig, version)
+            assert iceberg_rows(location) == _rows(50, 2).to_pylist()
+            doc = json.loads(Path(location).read_text())
+            assert [s["snapshot-id"] for s in doc["snapshots"]] == [version]
