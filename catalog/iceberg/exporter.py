@@ -354,16 +354,15 @@ def _tagged(snapshots: Iterable[SnapshotInfo], version: int) -> int | None:
 
 
 def _tag_refs(tags: Mapping[str, int], snapshots: Sequence[SnapshotInfo]) -> dict[str, int]:
-    """Tag → the snapshot it names: the newest at or before its version, when that one is kept
-    (told by the parent link of the first kept snapshot after the version, as a snapshot dropped
-    from the metadata leaves a gap); a tag whose snapshot is gone gets no ref."""
+    """Tag → the snapshot it names: the newest at or before its version, when the metadata shows
+    it is (the tagged version's own snapshot; the parent of the first kept snapshot after the
+    version; the current one); a tag whose snapshot is no longer listed gets no ref."""
     refs = {}
-    kept = {s.snapshot_id for s in snapshots}
     for name, version in tags.items():
+        candidate = _tagged(snapshots, version)
+        if candidate is None:
+            continue
         later = next((s for s in snapshots if s.snapshot_id > version), None)
-        if later is None:
-            if snapshots:
-                refs[name] = snapshots[-1].snapshot_id
-        elif later.parent_snapshot_id is not None and later.parent_snapshot_id in kept:
-            refs[name] = later.parent_snapshot_id
+        if candidate == version or later is None or later.parent_snapshot_id == candidate:
+            refs[name] = candidate
     return refs

@@ -20,9 +20,11 @@ from segcat.catalog.iceberg import layout
 from segcat.catalog.iceberg.pointer import read_pointer
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import TableName
+from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer.iceberg_publisher import _deletes_module
+from tests.handles import reader_of
 from tests.iceberg_support import iceberg_rows, parquet_segment, segcat_rows, wait_for_pointer
 from tests.materializer_support import (
     PrivateRedis,
@@ -219,3 +221,38 @@ def test_a_recreated_table_never_serves_the_old_table_s_metadata(mconfig: Config
             assert iceberg_rows(location) == _rows(50, 2).to_pylist()
             doc = json.loads(Path(location).read_text())
             assert [s["snapshot-id"] for s in doc["snapshots"]] == [version]
+
+
+def test_history_retention_removes_iceberg_files_no_kept_metadata_needs(mconfig: Config) -> None:
+    """Vacuum treats the metadata like key frames: what a kept version's (or a tagged version's)
+    metadata references stays and reads; the rest of the old metadata goes."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    store = ObjectStore.from_config(mconfig)
+    with load_catalog(mconfig).load_table(name) as table:
+        with running_materializer(mconfig, pattern) as service:
+            wait_until_following(service, name)
+            table.set_properties(
+                {"segcat.history.retain.versions": "3", "segcat.iceberg.snapshots.keep": "2"}
+            )
+            versions = [table.append([parquet_segment(table, f"s{k}", _rows(k * 10, 2))]) for k in range(3)]
+            tagged = versions[1]
+            table.set_properties({"segcat.tag.keep": str(tagged)})
+            versions += [
+                table.append([parquet_segment(table, f"t{k}", _rows(100 + k, 1))]) for k in range(10)
+            ]
+            location = _check(table, mconfig, versions[-1])
+        files = bound_files(mconfig, name)
+        before = set(store.list(layout.iceberg_dir(files)))
+        report = vacuum(reader_of(table), grace_ms=0, ignore_leases=True)
+        gone = {f.path for f in report.files if "/iceberg/" in f.path}
+        after = set(store.list(layout.iceberg_dir(files)))
+        assert gone and len(after) < len(before)
+        assert store.uri(layout.metadata_path(files, versions[-1])) not in gone
+        assert store.uri(layout.metadata_path(files, tagged)) not in gone
+        doc = json.loads(Path(location).read_text())
+        kept = [s["snapshot-id"] for s in doc["snapshots"]]
+        assert tagged in kept and doc["refs"]["keep"] == {"snapshot-id": tagged, "type": "tag"}
+        for snapshot_id in kept:  # every snapshot the newest metadata lists still reads
+            assert iceberg_rows(location, snapshot_id) == segcat_rows(table, mconfig, snapshot_id)
