@@ -103,6 +103,8 @@ class IcebergPublisher(Publisher):
         self._resolve: Callable[[str], str] = lambda p: p
         self._blocked: dict[int, str] = {}
         """Tombstone version → why it cannot be exported (live while an older file is)."""
+        self._exported: set[int] = set()
+        """Versions whose tombstones have delete files (written, maybe not yet published)."""
         self._pending_deletes: list[FileEntry] = []
         """Delete files written for versions not yet published (a gap)."""
         self._behind = False
@@ -128,9 +130,7 @@ class IcebergPublisher(Publisher):
 
     def tick(self, image: TableImage) -> None:
         if self._behind and self._failed_at and time.monotonic() - self._failed_at >= RETRY_AFTER_S:
-            self._guarded(
-                lambda: self._catch_up(image.version, image.timestamp_ms or 0, "", "REPLACE"), image
-            )
+            self._guarded(lambda: self._catch_up(image.version, image.timestamp_ms or 0, "", ""), image)
         if self._pointer_dirty and self._pointer is not None:
             self._send_pointer(self._pointer)
 
@@ -147,6 +147,7 @@ class IcebergPublisher(Publisher):
         self.tracker = tracker
         self.export = None
         self._blocked = {}
+        self._exported = set()
         self._pending_deletes = []
         self._schema_cache = None
         self._behind = True
@@ -162,7 +163,7 @@ class IcebergPublisher(Publisher):
             self.export = IcebergExport.load(self.files.store, self.files, found)
             self._behind = self.export.version != image.version
         if self._behind:
-            self._catch_up(image.version, image.timestamp_ms or 0, image.commit_id or "", "REPLACE")
+            self._catch_up(image.version, image.timestamp_ms or 0, image.commit_id or "", "")
 
     def _newest_metadata(self, at_most: int) -> str | None:
         prefix = layout.metadata_dir(self.files)
@@ -186,9 +187,13 @@ class IcebergPublisher(Publisher):
         assert tracker is not None
         drops = [self._resolve(tracker.state.segments[sid].segment.path) for sid in commit.dropped]
         files = tracker.observe(commit)
-        if commit.tombstones:
-            self._tombstones(commit, files.deleted)
-        self._guarded(lambda: self._version(commit, drops), image)
+
+        def step() -> None:
+            if commit.tombstones:
+                self._tombstones(commit, files.deleted)
+            self._version(commit, drops)
+
+        self._guarded(step, image)
 
     def _version(self, commit: CommitDelta, drops: Sequence[str]) -> None:
         tracker = self.tracker
@@ -301,9 +306,7 @@ class IcebergPublisher(Publisher):
 
     def _block(self, blocked: _Blocked) -> None:
         self._behind = True
-        export = self.export
-        version = -1 if export is None else export.version
-        location = None if export is None else self.files.store.uri(layout.metadata_path(self.files, version))
+        version, location = self._published()
         current = self._pointer
         first = blocked.version
         if current is not None and current.blocked_version is not None and current.version == version:
@@ -337,6 +340,7 @@ class IcebergPublisher(Publisher):
                 self._blocked[commit.version] = str(exc)
                 return
             raise
+        self._exported.add(commit.version)
         for d in written:
             self._pending_deletes.append(
                 FileEntry(
@@ -357,7 +361,10 @@ class IcebergPublisher(Publisher):
         """Whether a tombstone newer than ``after`` deletes in a live file (its delete files were
         not written: they are written only as each tombstone's version is published)."""
         oldest = min((live.added_version for live in state.segments.values()), default=None)
-        return oldest is not None and any(t.version > after and t.version > oldest for t in state.tombstones)
+        return oldest is not None and any(
+            t.version > after and t.version > oldest and t.version not in self._exported
+            for t in state.tombstones
+        )
 
     # ------------------------------------------------------------------ schema and entries
 
@@ -432,19 +439,24 @@ class IcebergPublisher(Publisher):
         """Run ``step``; a failure is the pointer's, never the table's (see the module's docstring)."""
         try:
             step()
-        except (SegcatError, OSError, ValueError, KeyError, RuntimeError) as exc:
+        except Exception as exc:  # any failure here is the pointer's, never the table's
             self._behind = True
             self._failed_at = time.monotonic()
+            expected = isinstance(exc, SegcatError | OSError | ValueError)
             log.warning(
                 "iceberg metadata not written",
                 extra={"table": self._label, "version": image.version, "error": str(exc)},
+                exc_info=not expected,
             )
-            export = self.export
-            version = -1 if export is None else export.version
-            location = (
-                None if export is None else self.files.store.uri(layout.metadata_path(self.files, version))
-            )
+            version, location = self._published()
             self._set_pointer(version, location, image.version, f"writing the Iceberg metadata failed: {exc}")
+
+    def _published(self) -> tuple[int, str | None]:
+        """The newest version published (-1: none) and its metadata's URI."""
+        export = self.export
+        if export is None or export.version < 0:
+            return -1, None
+        return export.version, self.files.store.uri(layout.metadata_path(self.files, export.version))
 
     def _set_pointer(
         self, version: int, location: str | None, blocked: int | None, reason: str | None

@@ -60,6 +60,7 @@ class VersionChange:
     version: int
     timestamp_ms: int
     operation: str
+    """segcat's operation ("": a catch-up over several versions, published as ``overwrite``)."""
     commit_id: str
     adds: Sequence[FileEntry] = ()
     drops: Sequence[str] = ()
@@ -288,9 +289,11 @@ class IcebergExport:
             "total-position-deletes": str(sum(e.record_count for e in delete_files if e.content == 1)),
             "total-equality-deletes": str(sum(e.record_count for e in delete_files if e.content == 2)),
             "segcat.version": str(change.version),
-            "segcat.operation": change.operation,
-            "segcat.commit-id": change.commit_id,
         }
+        if change.operation:
+            summary["segcat.operation"] = change.operation
+        if change.commit_id:
+            summary["segcat.commit-id"] = change.commit_id
         return summary
 
     # ------------------------------------------------------------------ recovery

@@ -256,3 +256,23 @@ def test_history_retention_removes_iceberg_files_no_kept_metadata_needs(mconfig:
         assert tagged in kept and doc["refs"]["keep"] == {"snapshot-id": tagged, "type": "tag"}
         for snapshot_id in kept:  # every snapshot the newest metadata lists still reads
             assert iceberg_rows(location, snapshot_id) == segcat_rows(table, mconfig, snapshot_id)
+
+
+def test_a_failing_iceberg_write_never_stops_the_table(mconfig: Config) -> None:
+    """Storage refusing the Iceberg files: the pointer says why, the head (Redis, key frames) goes
+    on; once storage takes them again, the next version is published whole."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    files = bound_files(mconfig, name)
+    blocker = Path(ObjectStore.from_config(mconfig).uri(layout.iceberg_dir(files)))
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_bytes(b"not a directory")
+    with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        version = table.append([parquet_segment(table, "a", _rows(0, 2))])
+        pointer = wait_for_pointer(mconfig, name, table.topic.topic_id, version, published=False)
+        assert pointer.version == -1 and pointer.blocked_version == version
+        assert pointer.reason is not None and pointer.reason.startswith("writing the Iceberg metadata failed")
+        blocker.unlink()
+        _check(table, mconfig, table.append([parquet_segment(table, "b", _rows(2, 2))]))
