@@ -389,7 +389,8 @@ class IcebergPublisher(Publisher):
         raw = tracker.schema()
         if self._schema_cache is not None and self._schema_cache[0] == raw and raw is not None:
             return self._schema_cache[1]
-        if export is None:
+        if export is None:  # nothing published yet: only check that Iceberg has the types
+            iceberg_schema(self._arrow_schema(), FieldIds(), 0)
             return 0
         if raw is None and not tracker.state.segments and export.schemas:
             return export.current_schema_id  # no file left: the schema stays
