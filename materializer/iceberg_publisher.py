@@ -22,6 +22,7 @@ still live. So the Redis and key-frame publishers, which run before it, never wa
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,10 +31,11 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import SegcatError, ServiceUnavailable
+from segcat.catalog.errors import IncompatibleSchema, SegcatError, ServiceUnavailable
 from segcat.catalog.iceberg import layout
 from segcat.catalog.iceberg.avro_files import DATA, FileEntry
 from segcat.catalog.iceberg.exporter import IcebergExport, VersionChange
@@ -41,13 +43,22 @@ from segcat.catalog.iceberg.metadata import table_uuid
 from segcat.catalog.iceberg.pointer import IcebergPointer, write_pointer
 from segcat.catalog.iceberg.schema import FieldIds, UnrepresentableType, iceberg_schema
 from segcat.catalog.iceberg.stats import metrics
+from segcat.catalog.protocol import spark_types
 from segcat.catalog.protocol import tags as tag_names
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import Segment
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read.changes import ChangeTracker, FileRead, arrow_schema, reads_schema, resolver
+from segcat.catalog.read.changes import (
+    ChangeTracker,
+    FileRead,
+    arrow_schema,
+    file_schema,
+    merged_schema,
+    resolver,
+)
 from segcat.catalog.read.table import table_root
+from segcat.catalog.storage.objectstore import filesystem
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer.publisher import CaughtUp, Loaded, Publisher, RecordDelta, TableDelta, TableImage
@@ -63,6 +74,10 @@ RETRY_AFTER_S = 30.0
 """After a failure, the next attempt waits for a new version or this long."""
 
 _REDIS_ERRORS = (ServiceUnavailable, RedisError)
+
+
+class _SchemaUnknown(Exception):
+    """A live file records no schema and its footer cannot be read; ``str(exc)`` says which."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +129,8 @@ class IcebergPublisher(Publisher):
         self._pointer_dirty = False
         self._log_id: str | None = None
         self._schema_cache: tuple[str | None, int] | None = None
+        self._footers: dict[str, str | _SchemaUnknown] = {}
+        """A live file without a recorded schema → its footer's (or why it is unreadable)."""
         self.catching_up = False
 
     # ------------------------------------------------------------------ publisher
@@ -150,6 +167,7 @@ class IcebergPublisher(Publisher):
         self._exported = set()
         self._pending_deletes = []
         self._schema_cache = None
+        self._footers = {}
         self._behind = True
         self._failed_at = 0.0
         if image.version < 0:
@@ -199,6 +217,8 @@ class IcebergPublisher(Publisher):
         tracker = self.tracker
         assert tracker is not None
         version = commit.version
+        if self._failed_at and time.monotonic() - self._failed_at < RETRY_AFTER_S:
+            return  # the pointer says why; tried again after the pause (``tick``)
         blocked = self._why_blocked(version)
         if blocked is not None:
             self._block(blocked)
@@ -300,7 +320,7 @@ class IcebergPublisher(Publisher):
                 return _Blocked(first, self._blocked[first])
         try:
             self._schema_id()
-        except UnrepresentableType as exc:
+        except (UnrepresentableType, _SchemaUnknown, IncompatibleSchema) as exc:
             return _Blocked(version, str(exc))
         return None
 
@@ -371,30 +391,57 @@ class IcebergPublisher(Publisher):
     def _ids(self) -> FieldIds:
         return FieldIds() if self.export is None else self.export.ids
 
-    def _arrow_schema(self) -> pa.Schema:
+    def _schema_json(self) -> str | None:
+        """The table schema now (Spark's JSON; None: no file is live): the live files' recorded
+        schemas merged, a file that records none read from its footer (once per file).
+        ``_SchemaUnknown`` when a footer cannot be read."""
         tracker = self.tracker
         assert tracker is not None
         raw = tracker.schema()
-        if raw is not None:
-            return arrow_schema(raw)
-        if tracker.state.segments:
-            return reads_schema(tracker.live_reads(), self._config)
-        return pa.schema([])
+        if raw is not None or not tracker.state.segments:
+            return raw
+        sources = []
+        for live in tracker.state.segments.values():
+            uri = self._resolve(live.segment.path)
+            recorded = live.segment.schema or self._footer_schema(uri, live.added_version)
+            sources.append((uri, live.added_version, recorded))
+        return merged_schema(sources)
+
+    def _footer_schema(self, uri: str, added_version: int) -> str:
+        known = self._footers.get(uri)
+        if known is None:
+            try:
+                fs, path = filesystem(uri, self._config.s3_endpoint, self._config.s3_region)
+                with fs.open_input_file(path) as handle:
+                    footer = file_schema(pq.ParquetFile(handle, coerce_int96_timestamp_unit="us"))
+                known = json.dumps(spark_types.schema_from_arrow(footer), separators=(",", ":"))
+            except (OSError, pa.ArrowException, spark_types.UnknownType) as exc:
+                known = _SchemaUnknown(
+                    f"the schema of {uri} (version {added_version}) is neither recorded nor readable: {exc}"
+                )
+            self._footers[uri] = known
+        if isinstance(known, _SchemaUnknown):
+            raise known
+        return known
+
+    def _arrow_schema(self) -> pa.Schema:
+        raw = self._schema_json()
+        return pa.schema([]) if raw is None else arrow_schema(raw)
 
     def _schema_id(self) -> int:
         """The id of the table schema now (added to the metadata when new)."""
         tracker = self.tracker
         export = self.export
         assert tracker is not None
-        raw = tracker.schema()
+        raw = self._schema_json()
         if self._schema_cache is not None and self._schema_cache[0] == raw and raw is not None:
             return self._schema_cache[1]
         if export is None:  # nothing published yet: only check that Iceberg has the types
             iceberg_schema(self._arrow_schema(), FieldIds(), 0)
             return 0
-        if raw is None and not tracker.state.segments and export.schemas:
+        if raw is None and export.schemas:
             return export.current_schema_id  # no file left: the schema stays
-        schema = iceberg_schema(self._arrow_schema(), export.ids, 0)
+        schema = iceberg_schema(pa.schema([]) if raw is None else arrow_schema(raw), export.ids, 0)
         schema_id = export.schema_id_for(schema)
         self._schema_cache = (raw, schema_id)
         return schema_id

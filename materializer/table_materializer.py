@@ -66,7 +66,8 @@ class TableMaterializer:
     ``writer`` runs the key-frame and archive writes in the background (the service shares one
     among its tables); without one they run inline. ``redis`` None: no Redis publisher.
     ``publishers`` make the table's further publishers, handed every delta after the built-in ones.
-    ``iceberg`` False: no Iceberg metadata (``iceberg_publisher``) for this table.
+    ``iceberg`` False: no Iceberg metadata (``iceberg_publisher``) for this table; otherwise its
+    publisher gets each delta last, after the round's key frame was handed to the writer.
 
     ``identify`` tells which log the topic is now (its topic id, asked of Kafka on every
     recovery): every key frame, archive and Redis value is written bound to it, and only that
@@ -101,12 +102,10 @@ class TableMaterializer:
         # key frames first: Redis puts each frame after object storage has it, and knows when a
         # catch-up ends whether a frame of its end is being cut
         built_in: list[Publisher] = [self.keyframes] if self.redis is None else [self.keyframes, self.redis]
-        # Iceberg last of the built-in ones: it never raises, so it never holds the others back
         self.iceberg = (
             IcebergPublisher(name, config, redis, files, lambda: self.state.copy()) if iceberg else None
         )
-        if self.iceberg is not None:
-            built_in.append(self.iceberg)
+        """Handed each delta last, once the round's key frame went to the writer (``_publish``)."""
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
         # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k)
@@ -292,6 +291,10 @@ class TableMaterializer:
             self.stage = publisher.name
             publisher.publish(delta, image)
         self._end_round()
+        if self.iceberg is not None:  # after the others' work is out: it never delays them
+            stage, self.stage = self.stage, self.iceberg.name
+            self.iceberg.publish(delta, image)
+            self.stage = stage  # it never raises: a failure after it is about what came before
 
     def _end_round(self) -> None:
         self.frames.submit(self.state, self.files.log_id)
@@ -313,6 +316,10 @@ class TableMaterializer:
             self.stage = publisher.name
             publisher.tick(image)
         self._end_round()
+        if self.iceberg is not None:
+            stage, self.stage = self.stage, self.iceberg.name
+            self.iceberg.tick(image)
+            self.stage = stage
 
     def write_keyframe(self) -> None:
         """Cut a key frame of the image now (archiving the records since the last one)."""
