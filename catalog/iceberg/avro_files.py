@@ -174,6 +174,8 @@ class ManifestRef:
     deleted_rows: int
     live: tuple[FileEntry, ...]
     """The ADDED and EXISTING entries (what a later snapshot reusing it still holds)."""
+    live_bytes: int = 0
+    """The size of the live files."""
 
     @property
     def live_rows(self) -> int:
@@ -270,6 +272,7 @@ def write_manifest(
         existing_rows=sum(e.record_count for e in existing),
         deleted_rows=sum(e.record_count for e in deleted),
         live=live,
+        live_bytes=sum(e.size_bytes for e in live),
     )
 
 
@@ -375,6 +378,7 @@ def read_manifest(data: bytes, ref: dict[str, Any], path: str) -> ManifestRef:
         existing_rows=ref["existing_rows_count"],
         deleted_rows=ref["deleted_rows_count"],
         live=tuple(live),
+        live_bytes=sum(e.size_bytes for e in live),
     )
 
 

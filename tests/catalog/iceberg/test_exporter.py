@@ -86,6 +86,12 @@ def test_manifests_hold_exactly_the_live_files_and_restarts_write_the_same_bytes
     after = _run(export, plan, live)
     last = len(plan)  # versions start at 1, as segcat's version 0 creates the table
     assert export.live_uris == after[last]
+    summary = export.snapshots[-1].summary if export.snapshots else {}
+    if export.snapshots and export.snapshots[-1].snapshot_id == last:
+        records = sum(int(u.rsplit("/f", 1)[1].split(".")[0]) for u in after[last])
+        assert summary["total-data-files"] == str(len(after[last]))
+        assert summary["total-records"] == str(records)
+        assert summary["total-files-size"] == str(100 * len(after[last]))
     # small manifests merge: at most MAX_SMALL of them, plus full ones and one version's new ones
     assert len(export.data) <= len(after[last]) // 2 + 2 + 3
     location = export.store.uri(layout.metadata_path(export.files, last))
