@@ -129,6 +129,8 @@ class IcebergPublisher(Publisher):
         self._pointer_dirty = False
         self._log_id: str | None = None
         self._schema_cache: tuple[str | None, int] | None = None
+        self._hint_due = False
+        """Versions were published during a backlog: hint and pointer are written at its end."""
         self._footers: dict[str, str | _SchemaUnknown] = {}
         """A live file without a recorded schema → its footer's (or why it is unreadable)."""
         self.catching_up = False
@@ -144,6 +146,19 @@ class IcebergPublisher(Publisher):
                 self._commit(delta.commit, image)
         elif isinstance(delta, CaughtUp):
             self.catching_up = False
+            if self._hint_due:
+                self._guarded(self._announce, image)
+
+    def _announce(self) -> None:
+        """The hint and the pointer of the newest version published (the end of a backlog)."""
+        self._hint_due = False
+        export = self.export
+        version, location = self._published()
+        if export is not None and version >= 0:
+            export.write_hint()
+            current = self._pointer
+            if current is None or current.version != version or current.blocked_version is None:
+                self._set_pointer(version, location, None, None)
 
     def tick(self, image: TableImage) -> None:
         if self._behind and self._failed_at and time.monotonic() - self._failed_at >= RETRY_AFTER_S:
@@ -168,6 +183,8 @@ class IcebergPublisher(Publisher):
         self._pending_deletes = []
         self._schema_cache = None
         self._footers = {}
+        self._hint_due = False
+        self.catching_up = False
         self._behind = True
         self._failed_at = 0.0
         if image.version < 0:
@@ -298,8 +315,11 @@ class IcebergPublisher(Publisher):
             keep_snapshots=_keep(properties),
             oldest_readable=tracker.state.log_start,
         )
-        export.write_hint()
         self._failed_at = 0.0
+        if self.catching_up:  # a backlog: the hint and the pointer once, at its end
+            self._hint_due = True
+            return
+        export.write_hint()
         self._set_pointer(export.version, location, None, None)
 
     # ------------------------------------------------------------------ blocking
