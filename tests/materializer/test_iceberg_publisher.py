@@ -17,7 +17,7 @@ from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
 from segcat.catalog.errors import TableAlreadyExists
 from segcat.catalog.iceberg import layout
-from segcat.catalog.iceberg.pointer import read_pointer
+from segcat.catalog.iceberg.pointer import delete_pointer, read_pointer
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.read.vacuum import vacuum
@@ -282,3 +282,30 @@ def test_a_failing_iceberg_write_never_stops_the_table(
         assert pointer.reason is not None and pointer.reason.startswith("writing the Iceberg metadata failed")
         blocker.unlink()
         _check(table, mconfig, table.append([parquet_segment(table, "b", _rows(2, 2))]))
+
+
+def test_metadata_lost_is_rebuilt_from_the_key_frame(mconfig: Config) -> None:
+    """No metadata at or before the key frame a restart loads: the publisher rebuilds the table's
+    Iceberg view from the frame's live files, then follows the log again."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    store = ObjectStore.from_config(mconfig)
+    with load_catalog(mconfig).load_table(name) as table:
+        with running_materializer(mconfig, pattern) as service:
+            wait_until_following(service, name)
+            for k in range(6):
+                version = table.append([parquet_segment(table, f"s{k}", _rows(k * 10, 2))])
+            merged = pa.concat_tables([_rows(0, 2), _rows(10, 2)])
+            version = table.compact(["s0", "s1"], [parquet_segment(table, "s01", merged)])
+            _check(table, mconfig, version)
+        files = bound_files(mconfig, name)
+        for path in store.list(layout.iceberg_dir(files)):
+            store.delete(path)
+        delete_pointer(RedisStore.from_config(mconfig), TableName.parse(name))
+        with running_materializer(mconfig, pattern):
+            _check(table, mconfig, version)
+            later = table.delete(drops=["s2"])
+            location = _check(table, mconfig, later)
+        doc = json.loads(Path(location).read_text())
+        assert doc["current-snapshot-id"] == later
