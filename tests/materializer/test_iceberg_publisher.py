@@ -309,3 +309,22 @@ def test_metadata_lost_is_rebuilt_from_the_key_frame(mconfig: Config) -> None:
             location = _check(table, mconfig, later)
         doc = json.loads(Path(location).read_text())
         assert doc["current-snapshot-id"] == later
+
+
+def test_a_widened_column_keeps_its_field_id(mconfig: Config) -> None:
+    """int then long in one column: one field id, the type promoted (as Iceberg allows), and
+    pyiceberg reads the narrow file widened, as segcat does."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        narrow = pa.table({"id": pa.array([1, 2], pa.int32()), "name": ["a", "b"]})
+        first = _check(table, mconfig, table.append([parquet_segment(table, "n", narrow)]))
+        wide = pa.table({"id": pa.array([2**40], pa.int64()), "name": ["c"]})
+        location = _check(table, mconfig, table.append([parquet_segment(table, "w", wide)]))
+    before, after = (json.loads(Path(p).read_text()) for p in (first, location))
+    old = {f["name"]: (f["id"], f["type"]) for f in before["schemas"][-1]["fields"]}
+    new = {f["name"]: (f["id"], f["type"]) for f in after["schemas"][-1]["fields"]}
+    assert old["id"][1] == "int" and new["id"] == (old["id"][0], "long")
+    assert after["current-schema-id"] != before["current-schema-id"]
