@@ -41,6 +41,7 @@ from segcat.catalog.iceberg.avro_files import DATA, FileEntry
 from segcat.catalog.iceberg.exporter import IcebergExport, VersionChange
 from segcat.catalog.iceberg.metadata import table_uuid
 from segcat.catalog.iceberg.pointer import IcebergPointer, write_pointer
+from segcat.catalog.iceberg.retention import metadata_versions
 from segcat.catalog.iceberg.schema import FieldIds, UnrepresentableType, iceberg_schema
 from segcat.catalog.iceberg.stats import metrics
 from segcat.catalog.protocol import spark_types
@@ -95,7 +96,8 @@ def _deletes_module() -> ModuleType | None:
 
 
 class IcebergPublisher(Publisher):
-    """One table's Iceberg metadata. ``state`` hands a copy of the loader's image (on ``Loaded``)."""
+    """One table's Iceberg metadata. ``state`` hands the loader's image on ``Loaded`` (read only:
+    the publisher's ``ChangeTracker`` takes its own copy)."""
 
     name = "iceberg"
 
@@ -201,19 +203,12 @@ class IcebergPublisher(Publisher):
             self._catch_up(image.version, image.timestamp_ms or 0, image.commit_id or "", "")
 
     def _newest_metadata(self, at_most: int) -> str | None:
-        prefix = layout.metadata_dir(self.files)
         try:
-            names = self.files.store.list(prefix)
+            names = self.files.store.list(layout.metadata_dir(self.files))
         except FileNotFoundError:
             return None
-        versions = []
-        for name in names:
-            base = name.rsplit("/", 1)[-1]
-            if base.startswith("v") and base.endswith(".metadata.json") and base[1:-14].isdigit():
-                version = int(base[1:-14])
-                if version <= at_most:
-                    versions.append(version)
-        return layout.metadata_path(self.files, max(versions)) if versions else None
+        versions = [v for v in metadata_versions(names) if v <= at_most]
+        return layout.metadata_path(self.files, versions[-1]) if versions else None
 
     # ------------------------------------------------------------------ versions
 

@@ -102,9 +102,7 @@ class TableMaterializer:
         # key frames first: Redis puts each frame after object storage has it, and knows when a
         # catch-up ends whether a frame of its end is being cut
         built_in: list[Publisher] = [self.keyframes] if self.redis is None else [self.keyframes, self.redis]
-        self.iceberg = (
-            IcebergPublisher(name, config, redis, files, lambda: self.state.copy()) if iceberg else None
-        )
+        self.iceberg = IcebergPublisher(name, config, redis, files, lambda: self.state) if iceberg else None
         """Handed each delta last, once the round's key frame went to the writer (``_publish``)."""
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
