@@ -26,7 +26,7 @@ from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer import iceberg_publisher
 from segcat.materializer.iceberg_publisher import _deletes_module
 from tests.handles import reader_of
-from tests.iceberg_support import iceberg_rows, parquet_segment, segcat_rows, wait_for_pointer
+from tests.iceberg_publisher_support import iceberg_rows, parquet_segment, segcat_rows, wait_for_pointer
 from tests.materializer_support import (
     PrivateRedis,
     bound_files,
