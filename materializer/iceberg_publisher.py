@@ -454,8 +454,7 @@ class IcebergPublisher(Publisher):
         if export is None:  # nothing published yet: only check that Iceberg has the types
             iceberg_schema(self._arrow_schema(), FieldIds(), 0)
             return 0
-        if raw is None and export.schemas:
-            return export.current_schema_id  # no file left: the schema stays
+        # no file live: the table schema is empty, as segcat reads it (ids stay reserved)
         schema = iceberg_schema(pa.schema([]) if raw is None else arrow_schema(raw), export.ids, 0)
         schema_id = export.schema_id_for(schema)
         self._schema_cache = (raw, schema_id)

@@ -328,3 +328,21 @@ def test_a_widened_column_keeps_its_field_id(mconfig: Config) -> None:
     new = {f["name"]: (f["id"], f["type"]) for f in after["schemas"][-1]["fields"]}
     assert old["id"][1] == "int" and new["id"] == (old["id"][0], "long")
     assert after["current-schema-id"] != before["current-schema-id"]
+
+
+def test_a_table_without_live_files_has_no_columns(mconfig: Config) -> None:
+    """As segcat reads it: no live file, no column (the ids stay reserved for when they return)."""
+    from pyiceberg.table import StaticTable
+
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        first = _check(table, mconfig, table.append([parquet_segment(table, "a", _rows(0, 2))]))
+        empty = _check(table, mconfig, table.delete(drops=["a"]))
+        assert StaticTable.from_metadata(empty).scan().to_arrow().column_names == []
+        again = _check(table, mconfig, table.append([parquet_segment(table, "b", _rows(5, 1))]))
+    docs = [json.loads(Path(p).read_text()) for p in (first, again)]
+    current = [next(s for s in d["schemas"] if s["schema-id"] == d["current-schema-id"]) for d in docs]
+    assert [{f["name"]: f["id"] for f in c["fields"]} for c in current] == [{"id": 1, "name": 2}] * 2
