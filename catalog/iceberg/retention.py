@@ -11,11 +11,12 @@ published now (written before the metadata naming them) are never taken.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from segcat.catalog.iceberg import layout
 from segcat.catalog.iceberg.avro_files import MANIFEST_DELETES, read_manifest, read_manifest_list
+from segcat.catalog.protocol.tags import tags_of
 from segcat.catalog.storage.table_files import TableFiles
 
 _PREFIX, _SUFFIX = "v", ".metadata.json"
@@ -37,6 +38,22 @@ def metadata_versions(names: Iterable[str]) -> list[int]:
         if base.startswith(_PREFIX) and base.endswith(_SUFFIX) and digits.isdigit():
             found.append(int(digits))
     return sorted(found)
+
+
+def history(
+    files: TableFiles, properties: Mapping[str, str], retained: bool, doomed: Collection[str], cutoff_ms: int
+) -> Iterator[tuple[str, int]]:
+    """(path, size) of the log's Iceberg files that vacuum's history retention deletes: none
+    unless history is retained (``retained``: a ``segcat.history.retain.*`` property is set);
+    else those ``unreferenced`` with the oldest key frame the plan keeps (not among the URIs
+    ``doomed``) as the oldest version kept, and the version of every tag in ``properties``."""
+    if not retained:
+        return
+    kept = [v for v in files.keyframe_versions() if files.store.uri(files.keyframe_path(v)) not in doomed]
+    if not kept:
+        return
+    for gone in unreferenced(files, kept[0], tags_of(properties).values(), cutoff_ms):
+        yield gone.path, gone.size
 
 
 def unreferenced(

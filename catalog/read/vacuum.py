@@ -51,7 +51,6 @@ from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.replay import Applied
 from segcat.catalog.protocol.rules import Outcome
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, OpenIntent, TableState
-from segcat.catalog.protocol.tags import tags_of
 from segcat.catalog.read import broker_clock
 from segcat.catalog.read.retention import check_duration, check_retain_versions
 from segcat.catalog.read.table import TableReader
@@ -265,8 +264,9 @@ def vacuum(
     report.referenced = {key(e.path) for e in history.lives}
     report.recheck = Recheck(table, head, root, {i.intent_id for i in head.intents.values()}, data_store)
     _orphans(report, data_store, listed, intents)
-    report.files.extend(_history_objects(table, properties, now, report.cutoff_ms))
+    report.files.extend(_history_objects(table, properties, now))
     _dedupe(report)
+    report.files.extend(_iceberg_history(table, properties, report))
     report.dropped_done_upto = min(
         [horizon, *(life.dropped - 1 for life in kept if life.dropped is not None)]
     )
@@ -572,12 +572,8 @@ class _History:
             self.lives.append(life)
 
 
-def _history_objects(
-    table: TableReader, properties: dict[str, str], now_ms: int, cutoff_ms: int
-) -> Iterator[Doomed]:
-    """Key frames and archives beyond ``segcat.history.retain.*`` (none when neither is set), and
-    the Iceberg files no kept version's metadata needs (``iceberg.retention``; older than
-    ``cutoff_ms``, the grace period on the storage's clock)."""
+def _history_objects(table: TableReader, properties: dict[str, str], now_ms: int) -> Iterator[Doomed]:
+    """Key frames and archives beyond ``segcat.history.retain.*`` (none when neither is set)."""
     files = table.files
     assert files is not None
     keep_versions = _property_int(properties, HISTORY_VERSIONS_PROPERTY, None)
@@ -603,8 +599,6 @@ def _history_objects(
     for ref in files.archives():
         if ref.to_version <= oldest_kept:
             yield Doomed(files.store.uri(ref.path), 0, "history")
-    for gone in iceberg_retention.unreferenced(files, oldest_kept, tags_of(properties).values(), cutoff_ms):
-        yield Doomed(files.store.uri(gone.path), gone.size, "history")
 
 
 def _frame_time(files: Any, version: int) -> int:
@@ -612,6 +606,19 @@ def _frame_time(files: Any, version: int) -> int:
         return int(files.read_keyframe(version).state().last_accepted_timestamp_ms)
     except Exception:
         return 0
+
+
+def _iceberg_history(
+    table: TableReader, properties: dict[str, str], report: VacuumReport
+) -> Iterator[Doomed]:
+    """The Iceberg files history retention lets go (``iceberg.retention``): judged against the key
+    frames this plan keeps, older than the grace period (``report.cutoff_ms``, storage clock)."""
+    files = table.files
+    assert files is not None
+    retained = {HISTORY_VERSIONS_PROPERTY, HISTORY_AGE_PROPERTY} & properties.keys()
+    doomed = {item.path for item in report.files if item.reason == "history"}
+    for path, size in iceberg_retention.history(files, properties, bool(retained), doomed, report.cutoff_ms):
+        yield Doomed(files.store.uri(path), size, "history")
 
 
 def _delete(
