@@ -454,7 +454,10 @@ class IcebergPublisher(Publisher):
         if export is None:  # nothing published yet: only check that Iceberg has the types
             iceberg_schema(self._arrow_schema(), FieldIds(), 0)
             return 0
-        # no file live: the table schema is empty, as segcat reads it (ids stay reserved)
+        if raw is None and export.schemas:
+            # no file live: the last schema stays (an Iceberg table always has one, and DuckDB
+            # refuses a table of no column), with no row
+            return export.current_schema_id
         schema = iceberg_schema(pa.schema([]) if raw is None else arrow_schema(raw), export.ids, 0)
         schema_id = export.schema_id_for(schema)
         self._schema_cache = (raw, schema_id)
