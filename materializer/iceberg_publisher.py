@@ -360,6 +360,14 @@ class IcebergPublisher(Publisher):
         try:
             schema = self._arrow_schema()
             field_ids = {f.name: self._ids().id_of((f.name,)) for f in schema}
+            wanted = {r.uri for r in affected}
+            tracker = self.tracker
+            assert tracker is not None
+            segments = {  # their stats and Bloom filters spare reading files a tombstone cannot match
+                uri: live.segment
+                for live in tracker.state.segments.values()
+                if (uri := self._resolve(live.segment.path)) in wanted
+            }
             written = module.write_deletes(
                 self.files.store,
                 self.files,
@@ -369,6 +377,7 @@ class IcebergPublisher(Publisher):
                 schema,
                 field_ids,
                 self._config,
+                segments=segments,
             )
         except Exception as exc:
             if type(exc).__name__ == "Unrepresentable":
