@@ -42,6 +42,7 @@ from segcat.materializer import metrics
 from segcat.materializer.backoff import RedisGate
 from segcat.materializer.frame_writer import FrameWriter
 from segcat.materializer.frames import FrameBuilder
+from segcat.materializer.iceberg_publisher import IcebergPublisher
 from segcat.materializer.keyframe_publisher import KeyframePublisher
 from segcat.materializer.publisher import (
     CaughtUp,
@@ -65,6 +66,8 @@ class TableMaterializer:
     ``writer`` runs the key-frame and archive writes in the background (the service shares one
     among its tables); without one they run inline. ``redis`` None: no Redis publisher.
     ``publishers`` make the table's further publishers, handed every delta after the built-in ones.
+    ``iceberg`` False: no Iceberg metadata (``iceberg_publisher``) for this table; otherwise its
+    publisher gets each delta last, after the round's key frame was handed to the writer.
 
     ``identify`` tells which log the topic is now (its topic id, asked of Kafka on every
     recovery): every key frame, archive and Redis value is written bound to it, and only that
@@ -80,6 +83,7 @@ class TableMaterializer:
         writer: FrameWriter | None = None,
         identify: Callable[[], str | None] | None = None,
         publishers: Sequence[PublisherFactory] = (),
+        iceberg: bool = True,
     ) -> None:
         self.name = name
         self.config = config
@@ -98,6 +102,8 @@ class TableMaterializer:
         # key frames first: Redis puts each frame after object storage has it, and knows when a
         # catch-up ends whether a frame of its end is being cut
         built_in: list[Publisher] = [self.keyframes] if self.redis is None else [self.keyframes, self.redis]
+        self.iceberg = IcebergPublisher(name, config, redis, files, lambda: self.state) if iceberg else None
+        """Handed each delta last, once the round's key frame went to the writer (``_publish``)."""
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
         # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k)
@@ -283,6 +289,10 @@ class TableMaterializer:
             self.stage = publisher.name
             publisher.publish(delta, image)
         self._end_round()
+        if self.iceberg is not None:  # after the others' work is out: it never delays them
+            stage, self.stage = self.stage, self.iceberg.name
+            self.iceberg.publish(delta, image)
+            self.stage = stage  # it never raises: a failure after it is about what came before
 
     def _end_round(self) -> None:
         self.frames.submit(self.state, self.files.log_id)
@@ -304,6 +314,10 @@ class TableMaterializer:
             self.stage = publisher.name
             publisher.tick(image)
         self._end_round()
+        if self.iceberg is not None:
+            stage, self.stage = self.stage, self.iceberg.name
+            self.iceberg.tick(image)
+            self.stage = stage
 
     def write_keyframe(self) -> None:
         """Cut a key frame of the image now (archiving the records since the last one)."""

@@ -45,6 +45,7 @@ from segcat.catalog.errors import (
     TableDropped,
     UnsafeLocation,
 )
+from segcat.catalog.iceberg import retention as iceberg_retention
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.protocol import lifecycle, locations
 from segcat.catalog.protocol.replay import Applied
@@ -290,6 +291,7 @@ def vacuum(
     _orphans(report, data_store, listed, intents)
     report.files.extend(_history_objects(table, properties, now, (*leased, *tagged)))
     _dedupe(report)
+    report.files.extend(_iceberg_history(table, properties, report))
     report.dropped_done_upto = min(
         [horizon, *keep, *(life.dropped - 1 for life in kept if life.dropped is not None)]
     )
@@ -700,6 +702,19 @@ def _frame_time(files: Any, version: int) -> int:
         return int(files.read_keyframe(version).state().last_accepted_timestamp_ms)
     except Exception:
         return 0
+
+
+def _iceberg_history(
+    table: TableReader, properties: dict[str, str], report: VacuumReport
+) -> Iterator[Doomed]:
+    """The Iceberg files history retention lets go (``iceberg.retention``): judged against the key
+    frames this plan keeps, older than the grace period (``report.cutoff_ms``, storage clock)."""
+    files = table.files
+    assert files is not None
+    retained = {HISTORY_VERSIONS_PROPERTY, HISTORY_AGE_PROPERTY} & properties.keys()
+    doomed = {item.path for item in report.files if item.reason == "history"}
+    for path, size in iceberg_retention.history(files, properties, bool(retained), doomed, report.cutoff_ms):
+        yield Doomed(files.store.uri(path), size, "history")
 
 
 def _delete(

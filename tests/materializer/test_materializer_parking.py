@@ -44,6 +44,7 @@ from tests.materializer_support import (
     running_materializer,
     spawn_materializer,
     wait_for_head,
+    wait_until_following,
     write_load,
 )
 
@@ -271,6 +272,10 @@ def test_a_transient_failure_parks_one_table_which_recovers_after_the_backoff(
             errors.append(exc)
 
     with running_materializer(mconfig, pattern) as service:
+        # the loads are applied live (a backlog found on assignment would skip the flushes and
+        # the background writes the injections wait for)
+        wait_until_following(service, good)
+        wait_until_following(service, bad)
         load = threading.Thread(target=load_bad)
         load.start()
         write_load(mconfig, good, 30, 6, 0.01)
