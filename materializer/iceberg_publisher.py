@@ -21,13 +21,11 @@ still live. So the Redis and key-frame publishers, which run before it, never wa
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
@@ -58,6 +56,7 @@ from segcat.catalog.read.changes import (
     merged_schema,
     resolver,
 )
+from segcat.catalog.read.iceberg_deletes import Unrepresentable, write_deletes
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import filesystem
 from segcat.catalog.storage.redis import RedisStore
@@ -85,14 +84,6 @@ class _SchemaUnknown(Exception):
 class _Blocked:
     version: int
     reason: str
-
-
-def _deletes_module() -> ModuleType | None:
-    """``catalog.iceberg.deletes`` (tombstones as delete files), when this build has it."""
-    try:
-        return importlib.import_module("segcat.catalog.iceberg.deletes")
-    except ModuleNotFoundError:
-        return None
 
 
 class IcebergPublisher(Publisher):
@@ -353,10 +344,6 @@ class IcebergPublisher(Publisher):
         affected = [r for r in reads if r.include is not None]
         if not affected:
             return
-        module = _deletes_module()
-        if module is None:
-            self._blocked[commit.version] = "tombstones not yet exported"
-            return
         try:
             schema = self._arrow_schema()
             field_ids = {f.name: self._ids().id_of((f.name,)) for f in schema}
@@ -368,7 +355,7 @@ class IcebergPublisher(Publisher):
                 for live in tracker.state.segments.values()
                 if (uri := self._resolve(live.segment.path)) in wanted
             }
-            written = module.write_deletes(
+            written = write_deletes(
                 self.files.store,
                 self.files,
                 commit.version,
@@ -379,11 +366,9 @@ class IcebergPublisher(Publisher):
                 self._config,
                 segments=segments,
             )
-        except Exception as exc:
-            if type(exc).__name__ == "Unrepresentable":
-                self._blocked[commit.version] = str(exc)
-                return
-            raise
+        except Unrepresentable as exc:
+            self._blocked[commit.version] = str(exc)
+            return
         self._exported.add(commit.version)
         for d in written:
             self._pending_deletes.append(

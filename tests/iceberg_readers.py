@@ -139,7 +139,14 @@ def comparable(table: pa.Table, columns: Sequence[str] | None = None) -> pa.Tabl
 
 
 def assert_same_rows(expected: pa.Table, actual: pa.Table, what: str) -> None:
-    """Fail naming ``what`` unless ``actual`` holds exactly ``expected``'s columns and rows."""
+    """Fail naming ``what`` unless ``actual`` holds exactly ``expected``'s columns and rows.
+
+    A segcat version without a live file has no columns; Iceberg keeps the last schema
+    (docs/ICEBERG.md), so there only the row count is compared."""
+    if not expected.column_names:
+        if actual.num_rows:
+            raise AssertionError(f"{what}: {actual.num_rows} rows, expected none (no live file)")
+        return
     if sorted(actual.column_names) != sorted(expected.column_names):
         raise AssertionError(f"{what}: columns {actual.column_names}, expected {expected.column_names}")
     want = comparable(expected)
@@ -246,6 +253,9 @@ DUCKDB_NO_SNAPSHOT = ("Could not find latest snapshots for timestamp", "Could no
 """The messages of the Iceberg extension for a time before the first snapshot, or an unknown id."""
 
 
+DUCKDB_NO_COLUMNS = ("Table function must return at least one column", "SELECT list is empty")
+
+
 def _arrow(con: Any, sql: str) -> pa.Table:
     import duckdb
 
@@ -254,6 +264,10 @@ def _arrow(con: Any, sql: str) -> pa.Table:
     except duckdb.Error as exc:
         if any(text in str(exc) for text in DUCKDB_NO_SNAPSHOT):
             raise NoSnapshot(str(exc).splitlines()[0]) from exc
+        if any(text in str(exc) for text in DUCKDB_NO_COLUMNS):
+            # DuckDB binds no relation without columns: a table that never had a column reads as
+            # nothing (``assert_same_rows`` accepts that only where segcat has no columns either)
+            return pa.table({})
         raise
     assert isinstance(result, pa.Table)
     return result

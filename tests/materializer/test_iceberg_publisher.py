@@ -24,7 +24,6 @@ from segcat.catalog.read.vacuum import vacuum
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.materializer import iceberg_publisher
-from segcat.materializer.iceberg_publisher import _deletes_module
 from tests.handles import reader_of
 from tests.iceberg_publisher_support import iceberg_rows, parquet_segment, segcat_rows, wait_for_pointer
 from tests.materializer_support import (
@@ -131,29 +130,44 @@ def test_manifests_are_reused_as_the_table_grows(mconfig: Config) -> None:
         _check(table, mconfig, version)
 
 
-def test_a_tombstone_blocks_the_metadata_until_the_files_it_deletes_in_are_gone(mconfig: Config) -> None:
-    """No reader is handed rows that differ from segcat's: a version whose tombstones are not
+def test_a_tombstone_is_published_as_delete_files(mconfig: Config) -> None:
+    """A tombstone becomes delete files: the version and every later one are published, and
+    pyiceberg reads segcat's rows at each."""
+    ns, pattern = namespace()
+    name = f"{ns}.t"
+    Catalog(mconfig).create_table(name)
+    with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
+        wait_until_following(service, name)
+        first = table.append([parquet_segment(table, "a", _rows(0, 4))])
+        _check(table, mconfig, first)
+        tombstone = table.delete(predicates=["id = 1"])
+        _check(table, mconfig, tombstone)
+        later = table.append([parquet_segment(table, "b", _rows(10, 2))])
+        _check(table, mconfig, later)
+
+
+def test_an_unrepresentable_tombstone_blocks_until_the_files_it_deletes_in_are_gone(
+    mconfig: Config,
+) -> None:
+    """No reader is handed rows that differ from segcat's: a version whose tombstone cannot be
     exported is not published (the pointer says which and why), nor is any later one while a file
     the tombstone deletes in is live; once those files are gone, versions are published again."""
     ns, pattern = namespace()
     name = f"{ns}.t"
     Catalog(mconfig).create_table(name)
-    exported = _deletes_module() is not None
     with load_catalog(mconfig).load_table(name) as table, running_materializer(mconfig, pattern) as service:
         wait_until_following(service, name)
         log_id = table.topic.topic_id
         first = table.append([parquet_segment(table, "a", _rows(0, 4))])
         _check(table, mconfig, first)
-        tombstone = table.delete(predicates=["id = 1"])
+        # a string literal on a numeric column: Spark's answer is not pinned down (UnsupportedPredicate)
+        tombstone = table.delete(predicates=["id = '1'"])
         later = table.append([parquet_segment(table, "b", _rows(10, 2))])
-        if exported:  # the delete files are written: every version is published
-            _check(table, mconfig, later)
-        else:
-            pointer = wait_for_pointer(mconfig, name, log_id, later, published=False)
-            assert (pointer.version, pointer.blocked_version) == (first, tombstone)
-            assert pointer.reason == "tombstones not yet exported"
-            assert pointer.location is not None
-            assert iceberg_rows(pointer.location) == segcat_rows(table, mconfig, first)
+        pointer = wait_for_pointer(mconfig, name, log_id, later, published=False)
+        assert (pointer.version, pointer.blocked_version) == (first, tombstone)
+        assert pointer.reason and "id" in pointer.reason
+        assert pointer.location is not None
+        assert iceberg_rows(pointer.location) == segcat_rows(table, mconfig, first)
         # the tombstone deletes in nothing live any more: published again
         replaced = table.replace([parquet_segment(table, "c", _rows(20, 3))])
         _check(table, mconfig, replaced)

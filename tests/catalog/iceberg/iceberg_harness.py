@@ -44,7 +44,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.typedef import Record
 from pyiceberg.types import IntegerType
 
-from segcat.catalog.iceberg.deletes import DeleteFile
+from segcat.catalog.read.iceberg_deletes import DeleteFile
 
 SNAPSHOT_ID = 1
 _EXTENSIONS = Path(duckdb.__file__).parent.parent / "duckdb_ext" / "extensions" / "v1.4.4" / "linux_amd64"

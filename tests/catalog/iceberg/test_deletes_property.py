@@ -34,13 +34,13 @@ from hypothesis import strategies as st
 
 from segcat import Config
 from segcat.catalog.errors import UnsupportedPredicate
-from segcat.catalog.iceberg.deletes import DeleteFile, Unrepresentable, write_deletes
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.protocol.expressions import And, Compare, IsIn, IsNull, Not, Or, Predicate
 from segcat.catalog.protocol.model import Tombstone
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.read.changes import FileRead, read_rows
+from segcat.catalog.read.iceberg_deletes import DeleteFile, Unrepresentable, write_deletes
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.parquet_stats import segment_from_parquet
 from segcat.catalog.storage.table_files import TableFiles

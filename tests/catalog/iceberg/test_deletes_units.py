@@ -1,4 +1,4 @@
-"""``catalog.iceberg.deletes`` case by case: which tombstones become equality deletes, the files'
+"""``catalog.read.iceberg_deletes`` case by case: which tombstones become equality deletes, the files'
 layout as the Iceberg spec has it, pruning, refusals, and the reader behaviour that makes
 position deletes the default."""
 
@@ -13,15 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from segcat import Config, DataFileMissing
-from segcat.catalog.iceberg import deletes
-from segcat.catalog.iceberg.deletes import DeleteFile, Unrepresentable, write_deletes
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Commit, Operation, Segment, Tombstone
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.state import TableState
+from segcat.catalog.read import iceberg_deletes as deletes
 from segcat.catalog.read.changes import ChangeTracker, FileRead
+from segcat.catalog.read.iceberg_deletes import DeleteFile, Unrepresentable, write_deletes
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 
