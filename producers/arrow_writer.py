@@ -12,10 +12,14 @@ decide, as for any writer.
   sees one type per column; a value that would change (nanoseconds below a microsecond, an
   unsigned value out of range) is ``InvalidArgument`` naming the column, never rounded.
   The schema recorded in each segment is that type as Spark's JSON.
-- **Field ids.** Every field carries ``PARQUET:field_id`` (Iceberg readers match columns by
-  id), numbered by ``protocol.parquet_field_ids`` on the table's columns in order of first
-  appearance (its live files' merged schema, oldest first; for an overwrite, none) and then
-  the new ones: writes to an unchanged table give every column the same id.
+- **Field ids.** Iceberg readers match columns by ``PARQUET:field_id`` when a file has any. A
+  file carries the ids the table's published Iceberg metadata gives its columns
+  (``Table.iceberg_field_ids``; the publisher's ids never change) when that metadata names every
+  field of it, and no id otherwise (a new column, nothing published yet): such a file is read
+  through the name mapping. **Decision — the writer never numbers columns itself**: it sees only
+  the head, so its numbers could disagree with the publisher's over the log's history (a column
+  dropped and written again, two writers adding columns at once), and a reader would then read
+  one column's values as another's.
 - **Modes.** ``append`` adds the rows; its schema must read together with the live files'
   (``IncompatibleSchema`` before any file is written). **Decision — ``overwrite`` replaces the
   whole table**, as ``write_deltalake(mode="overwrite")`` does: ``partition_by`` only places the
@@ -39,7 +43,6 @@ import pyarrow as pa
 
 from segcat import (
     Commit,
-    IncompatibleSchema,
     InvalidArgument,
     Isolation,
     Operation,
@@ -51,7 +54,7 @@ from segcat import (
 from segcat.catalog.protocol import spark_types
 from segcat.catalog.protocol.jsonio import segment_from_json
 from segcat.catalog.protocol.names import table_name
-from segcat.catalog.protocol.parquet_field_ids import with_field_ids
+from segcat.catalog.protocol.parquet_field_ids import stamped
 from segcat.catalog.read.changes import merged_schema
 from segcat.producers.segment_files import FileSpec, write_files
 from segcat.producers.staging import check_partition_names, plan_replace, writing_files
@@ -97,7 +100,7 @@ def write(
         live = [(s.segment.path, s.added_version, s.segment.schema) for s in state.segments.values()]
         if mode == "append":
             _check_readable(live, target, state.version)
-        target = with_field_ids(target, _table_order(live if mode == "append" else [], target, state.version))
+        target = stamped(target, handle.iceberg_field_ids())
         spec = FileSpec(
             root=handle.location(),
             s3_endpoint=handle.catalog.config.s3_endpoint,
@@ -295,18 +298,6 @@ def _check_readable(live: Sequence[tuple[str, int, str | None]], target: pa.Sche
     recorded = [f for f in live if f[2] is not None]
     new = (NEW_DATA, base + 1, json.dumps(spark_types.schema_from_arrow(target)))
     merged_schema([*recorded, new])
-
-
-def _table_order(live: Sequence[tuple[str, int, str | None]], target: pa.Schema, base: int) -> pa.Schema:
-    """The table's columns in order of first appearance (its live files, oldest first), then the
-    new ones: the schema field ids are numbered on."""
-    recorded = [f for f in live if f[2] is not None]
-    new = (NEW_DATA, base + 1, json.dumps(spark_types.schema_from_arrow(target)))
-    try:
-        merged = merged_schema([*recorded, new])
-    except IncompatibleSchema:
-        merged = None
-    return target if merged is None else spark_types.schema_to_arrow(json.loads(merged))
 
 
 # ---------------------------------------------------------------------------- rows

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from segcat.catalog.errors import InvalidArgument
+from segcat.catalog.iceberg.published import published_field_ids
 from segcat.catalog.log.pipeline import DEFAULT_MAX_IN_FLIGHT, CommitFuture, check_max_in_flight
 from segcat.catalog.log.topics import TopicInfo
 from segcat.catalog.protocol.expressions import Predicate
@@ -205,6 +206,11 @@ class Table:
         """A lease on ``version`` (``with table.lease(v): ...``): vacuum keeps every file it needs
         while held; renewed every third of ``ttl_s``. Needs Redis (``ServiceUnavailable`` on enter)."""
         return self._reader.lease(version, ttl_s=ttl_s, holder=holder)
+
+    def iceberg_field_ids(self) -> dict[tuple[str, ...], int]:
+        """The Iceberg field id of every column path the table's published Iceberg metadata names
+        (empty: none published): the ids a new data file may carry (``catalog.iceberg.published``)."""
+        return published_field_ids(self._reader.redis, self._reader.files, self._reader.name)
 
     def tags(self) -> dict[str, int]:
         """Every tag of the table (at its head): name → version, by name."""
