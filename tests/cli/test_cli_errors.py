@@ -58,7 +58,7 @@ def one_line_error(err: str) -> str:
     [
         (("show", "ns.t", "--version", "99999999999999999999"), "must fit a signed 64-bit integer"),
         (("show", "ns.t", "--version", "-5"), "must be at least -1"),
-        (("show", "ns.t", "--version", "1_000"), "is not a version"),
+        (("show", "ns.t", "--version", "1_000"), "neither a version nor a tag name"),
         (("show", "ns.t", "--as-of", "-5"), "from 1970 on"),
         (("show", "ns.t", "--as-of", "1900-01-01"), "from 1970 on"),
         (("show", "ns.t", "--as-of", "yesterday-ish"), "neither epoch milliseconds nor ISO-8601"),

@@ -13,8 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
+import segcat
+from segcat import load_catalog
 from segcat.catalog.config import Config
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -45,8 +48,9 @@ def run(config: Config, code: str, tmp_path: Path, timeout: float) -> subprocess
     )
 
 
-def test_the_readme_has_the_three_snippets() -> None:
-    assert len(python_blocks()) == 3
+def test_the_readme_has_the_four_snippets() -> None:
+    assert len(python_blocks()) == 4
+    assert 'type="rest"' in snippet("pyiceberg")
     assert "table.compact" in snippet("table.compact") and "si.write" in snippet("si.write")
     assert "table.scan" in snippet("segcat.write(")
 
@@ -88,3 +92,35 @@ print("README Spark snippet ok")
     result = run(config, code, tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "README Spark snippet ok" in result.stdout
+
+
+def test_the_iceberg_snippet_runs_as_written(mconfig: Config, tmp_path: Path) -> None:
+    """pyiceberg through ``segcat serve``'s ``/iceberg``, as the README shows it."""
+    from tests.iceberg_publisher_support import wait_for_pointer
+    from tests.materializer_support import namespace, running_materializer, wait_until_following
+    from tests.server_support import serving
+
+    ns, pattern = namespace()
+    name = f"{ns}.orders"
+    data = pa.table({"id": [1, 2, 3]})
+    with (
+        load_catalog(mconfig).create_table(name) as table,
+        running_materializer(mconfig, pattern) as service,
+        serving(mconfig) as url,
+    ):
+        wait_until_following(service, name)
+        version = segcat.write(table, data)
+        wait_for_pointer(mconfig, name, table.topic.topic_id, version)
+        code = (
+            snippet("pyiceberg").replace("http://127.0.0.1:8765", url).replace('"sales.orders"', repr(name))
+        )
+        code = code.replace(".scan().to_arrow()", ".scan().to_arrow().sort_by('id').to_pylist()")
+        lines = code.rstrip().splitlines()
+        lines[-1] = f"rows = {lines[-1]}"
+        code = (
+            "\n".join(lines)
+            + "\nassert rows == [{'id': 1}, {'id': 2}, {'id': 3}], rows\nprint('README Iceberg snippet ok')\n"
+        )
+        result = run(mconfig, code, tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "README Iceberg snippet ok" in result.stdout
