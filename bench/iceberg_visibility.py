@@ -81,7 +81,9 @@ def _file(root: Path, i: int) -> Any:
 
 def _pollers(services: Services, table: str, log_id: str | None) -> dict[str, Callable[[], int]]:
     """Per reader: one poll, returning the newest version (snapshot id) it sees, -1 for none."""
+    import duckdb as duckdb_module
     from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError
 
     from segcat.catalog.iceberg.pointer import read_pointer
     from segcat.catalog.storage.redis import RedisStore
@@ -94,13 +96,19 @@ def _pollers(services: Services, table: str, log_id: str | None) -> dict[str, Ca
     store = RedisStore.from_config(services.config)
 
     def pyiceberg() -> int:
-        current = catalog.load_table(table).metadata.current_snapshot_id
+        try:
+            current = catalog.load_table(table).metadata.current_snapshot_id
+        except NoSuchTableError:  # nothing published yet
+            return -1
         return -1 if current is None else int(current)
 
     def duckdb() -> int:
-        row = duck.con.execute(
-            f'SELECT max(snapshot_id) FROM iceberg_snapshots({duck.ALIAS}."{namespace}"."{name}")'
-        )
+        try:
+            row = duck.con.execute(
+                f'SELECT max(snapshot_id) FROM iceberg_snapshots({duck.ALIAS}."{namespace}"."{name}")'
+            )
+        except duckdb_module.CatalogException:  # nothing published yet
+            return -1
         found = row.fetchone()
         return -1 if found is None or found[0] is None else int(found[0])
 
