@@ -30,6 +30,7 @@ from segcat.catalog.read.changes import (
     check_predicates,
     reads_schema,
 )
+from segcat.catalog.read.column_choice import chosen_columns
 from segcat.catalog.read.lease import HeldLease, hold_or_warn
 from segcat.catalog.storage.redis.leases import MAX_VERSION, default_holder
 
@@ -106,21 +107,7 @@ def _version_argument(value: object, field: str, *, optional: bool = False) -> i
 
 
 def _columns_argument(columns: object, schema: pa.Schema) -> list[str] | None:
-    if columns is None:
-        return None
-    if isinstance(columns, str | bytes) or not isinstance(columns, Sequence):
-        raise InvalidArgument(f"columns is a list of column names, not {type(columns).__name__}")
-    out: list[str] = []
-    for name in columns:
-        if not isinstance(name, str) or name not in schema.names:
-            raise InvalidArgument(
-                f"columns: {name!r} is not a column of the table in these versions "
-                f"({', '.join(schema.names)})"
-            )
-        if name in out:
-            raise InvalidArgument(f"columns: {name!r} is named twice")
-        out.append(name)
-    return out
+    return chosen_columns(columns, schema, "the table in these versions")
 
 
 def open_changes(

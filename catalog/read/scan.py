@@ -35,6 +35,7 @@ from segcat.catalog.protocol.predicates import parse_predicate
 from segcat.catalog.protocol.row_filter import matches
 from segcat.catalog.read.as_of import AsOf, as_of_ms
 from segcat.catalog.read.changes import FileRead, check_predicates, read_rows, reads_schema, snapshot_reads
+from segcat.catalog.read.column_choice import chosen_columns
 from segcat.catalog.read.lease import HeldLease, hold_or_warn
 from segcat.catalog.read.tag_lookup import version_or_tag
 from segcat.catalog.storage.redis.leases import default_holder
@@ -198,21 +199,8 @@ def _where_argument(where: object) -> Predicate | None:
 
 
 def _columns_argument(columns: object, schema: pa.Schema) -> list[str]:
-    if columns is None:
-        return list(schema.names)
-    if isinstance(columns, str | bytes) or not isinstance(columns, Sequence):
-        raise InvalidArgument(f"columns is a list of column names, not {type(columns).__name__}")
-    out: list[str] = []
-    for name in columns:
-        if not isinstance(name, str) or name not in schema.names:
-            raise InvalidArgument(
-                f"columns: {name!r} is not a column of the table at this version "
-                f"({', '.join(schema.names) or 'it has none'})"
-            )
-        if name in out:
-            raise InvalidArgument(f"columns: {name!r} is named twice")
-        out.append(name)
-    return out
+    chosen = chosen_columns(columns, schema, "the table at this version")
+    return list(schema.names) if chosen is None else chosen
 
 
 def _check_where(where: Predicate, schema: pa.Schema) -> None:
