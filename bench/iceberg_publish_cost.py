@@ -150,15 +150,19 @@ def _one_size(ctx: Context, p: Params, services: Services, ns: str, size: int) -
         progress(
             f"{size_label(size)} files published in {out['build_s']} s; {p.timed} timed one-file appends"
         )
+        from segcat.catalog.storage.redis import RedisStore
+
+        store = RedisStore.from_config(services.config)
         latency, lag, written = [], [], []
         for i in range(p.timed):
             before = time.perf_counter_ns()
             version = table.append([segment("one", size + i)])
             pointer = _wait_published(services, name, log_id, version, 120)
             latency.append(time.perf_counter_ns() - before)
-            (entry,) = [h for h in table.history() if h.version == version] or [None]
-            if entry is not None:
-                lag.append(pointer.updated_ms - entry.timestamp_ms)
+            # the head's broker time of the version (``table.history()`` would replay the whole log)
+            head = store.head(name)
+            if head is not None and head.version == version and head.timestamp_ms is not None:
+                lag.append(pointer.updated_ms - head.timestamp_ms)
             written.append(_bytes_of(pointer.location, version))
             time.sleep(p.pause_s)
         services.stop_materializer()
