@@ -99,6 +99,21 @@ class IcebergExport:
     def _index(self) -> None:
         self._where = {e.uri: m.path for m in self.data for e in m.live}
 
+    def _reindex(self, before: Sequence[ManifestRef]) -> None:
+        """Move ``_where`` from the manifests of ``before`` to ``self.data``, touching only the
+        manifests that changed (a version's cost follows its change, not the table's size)."""
+        now = {m.path for m in self.data}
+        was = {m.path for m in before}
+        for manifest in before:
+            if manifest.path not in now:
+                for entry in manifest.live:
+                    if self._where.get(entry.uri) == manifest.path:
+                        del self._where[entry.uri]
+        for manifest in self.data:
+            if manifest.path not in was:
+                for entry in manifest.live:
+                    self._where[entry.uri] = manifest.path
+
     # ------------------------------------------------------------------ reading
 
     @property
@@ -190,12 +205,13 @@ class IcebergExport:
         )
         path = layout.metadata_path(self.files, change.version)
         self.store.put(path, to_bytes(doc))
+        before = self.data
         self.data, self.deletes, self.snapshots = data, deletes, snapshots
         self.metadata_log = metadata_log
         self.current_schema_id = schema_id
         self.version = change.version
         self.last_updated_ms = change.timestamp_ms
-        self._index()
+        self._reindex(before)
         return self.store.uri(path)
 
     def write_hint(self) -> None:
@@ -270,7 +286,7 @@ class IcebergExport:
     ) -> dict[str, str]:
         removed_rows = sum(m.deleted_rows for m in data if m.added_snapshot_id == change.version)
         removed_files = sum(m.deleted_files for m in data if m.added_snapshot_id == change.version)
-        live = [e for m in data for e in m.live]
+        live = [m for m in data if m.live]  # per manifest: the cost follows the manifests, not the files
         delete_files = [e for m in deletes for e in m.live]
         summary = {
             "operation": OPERATIONS.get(change.operation, "overwrite"),
@@ -280,10 +296,10 @@ class IcebergExport:
             "deleted-data-files": str(removed_files),
             "deleted-records": str(removed_rows),
             "added-delete-files": str(len(change.deletes)),
-            "total-data-files": str(len(live)),
-            "total-records": str(sum(e.record_count for e in live)),
+            "total-data-files": str(sum(len(m.live) for m in live)),
+            "total-records": str(sum(m.live_rows for m in live)),
             "total-files-size": str(
-                sum(e.size_bytes for e in live) + sum(e.size_bytes for e in delete_files)
+                sum(m.live_bytes for m in live) + sum(e.size_bytes for e in delete_files)
             ),
             "total-delete-files": str(len(delete_files)),
             "total-position-deletes": str(sum(e.record_count for e in delete_files if e.content == 1)),

@@ -86,6 +86,8 @@ def test_manifests_hold_exactly_the_live_files_and_restarts_write_the_same_bytes
     after = _run(export, plan, live)
     last = len(plan)  # versions start at 1, as segcat's version 0 creates the table
     assert export.live_uris == after[last]
+    # the index kept version by version is the one a rebuild from the manifests gives
+    assert export._where == {e.uri: m.path for m in export.data for e in m.live}
     summary = export.snapshots[-1].summary if export.snapshots else {}
     if export.snapshots and export.snapshots[-1].snapshot_id == last:
         records = sum(int(u.rsplit("/f", 1)[1].split(".")[0]) for u in after[last])
