@@ -13,8 +13,7 @@ pyiceberg ``add_files`` (sqlite ``SqlCatalog``; reads each footer for its manife
 ``write_deltalake`` would compare writers' file layouts, not readers. Each timed read starts from
 the table's name or path (open + plan + read into one Arrow table), every column, no filter:
 
-- ``segcat``: ``table.scan().to_arrow()``; until ``scan`` is merged, the core's read that it is
-  built on (``read.changes`` ``snapshot_reads`` + ``read_rows``), labelled so;
+- ``segcat``: ``table.scan().to_arrow()``;
 - ``pyiceberg``: ``catalog.load_table(t).scan().to_arrow()``;
 - ``delta-rs``: ``DeltaTable(path).to_pyarrow_table()``.
 
@@ -99,24 +98,12 @@ def _segcat(ctx: Context, name: str, p: Params) -> tuple[Callable[[], pa.Table],
         [segment_from_parquet(str(f), segment_id=f.stem, relative_path=f"data/{f.name}") for f in paths]
     )
     table.close()
-    if hasattr(table, "scan"):  # issue 23's Arrow scan, once merged
 
-        def read() -> pa.Table:
-            with load_catalog(ctx.config).load_table(name) as t:
-                result: pa.Table = t.scan().to_arrow()
-                return result
+    def read() -> pa.Table:
+        with load_catalog(ctx.config).load_table(name) as t, t.scan() as scan:
+            return scan.to_arrow()
 
-        return read, paths, "table.scan().to_arrow()"
-
-    from segcat.catalog.read.changes import read_rows, reads_schema, snapshot_reads
-
-    def core() -> pa.Table:
-        with load_catalog(ctx.config).load_table(name) as t:
-            reads = snapshot_reads(t.snapshot())
-            schema = reads_schema(reads, ctx.config)
-            return pa.Table.from_batches([b for r in reads for b in read_rows(r, schema, ctx.config)], schema)
-
-    return core, paths, "core read (scan not merged): snapshot_reads + read_rows"
+    return read, paths, "table.scan().to_arrow()"
 
 
 def _pyiceberg(workdir: Path, paths: list[Path]) -> Callable[[], pa.Table]:
