@@ -587,28 +587,25 @@ class TableReader:
         if self.files is None:
             raise InvalidArgument("pruning needs object storage (the history moves there)")
         head = self._lifecycle_head("pruning")
-        plan = log_pruning.plan_prune(
-            self.config,
-            self.name,
-            self.files,
-            head.log_start,
-            retain_versions=retain_versions,
-            retain_age_ms=retain_age_ms,
-            keep_from=oldest_tag(head.properties),
-        )
+        files = self.files
+
+        def planned(keep_from: int | None) -> log_pruning.PrunePlan:
+            return log_pruning.plan_prune(
+                self.config,
+                self.name,
+                files,
+                head.log_start,
+                retain_versions=retain_versions,
+                retain_age_ms=retain_age_ms,
+                keep_from=keep_from,
+            )
+
+        plan = planned(oldest_tag(head.properties))
         if dry_run or not plan.prunes:
             return PruneResult(plan, None)
         tagged = oldest_tag(self.snapshot(include_dropped=True).properties)
         if tagged is not None and tagged <= plan.prune_point:  # a tag made while planning
-            plan = log_pruning.plan_prune(
-                self.config,
-                self.name,
-                self.files,
-                head.log_start,
-                retain_versions=retain_versions,
-                retain_age_ms=retain_age_ms,
-                keep_from=tagged,
-            )
+            plan = planned(tagged)
             if not plan.prunes:
                 return PruneResult(plan, None)
         log_pruning.write_nulls(self.config, self.name, plan.nulls)
