@@ -262,8 +262,7 @@ class Materializer:
                 identify=functools.partial(self._identify, name),
                 publishers=self.publishers,
             )
-            with self._lock:
-                self.tables[tp.topic] = table
+            self._table_added(tp.topic, table)
             try:
                 tp.offset = table.recover()
             except Exception as exc:  # parked below, once the partition is assigned
@@ -315,12 +314,7 @@ class Materializer:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            with self._lock:
-                table = self.tables.pop(tp.topic, None)
-                parked = self.parked.pop(tp.topic, None)
-            self._catching_up.pop(tp.topic, None)
-            self._strikes.pop(tp.topic, None)
-            self._resumed_at.pop(tp.topic, None)
+            table, parked = self._table_removed(tp.topic)
             if parked is not None:
                 metrics.TABLE_PARKED.labels(parked.table).set(0)
             if table is not None:
@@ -329,6 +323,23 @@ class Materializer:
                     "table revoked", extra={"table": table.name.qualified, "version": table.state.version}
                 )
         consumer.unassign()
+
+    def _table_added(self, topic: str, table: TableMaterializer) -> None:
+        """A table joined this instance (assigned): from now on its records are applied and its
+        periodic work is followed."""
+        with self._lock:
+            self.tables[topic] = table
+
+    def _table_removed(self, topic: str) -> tuple[TableMaterializer | None, Parked | None]:
+        """A table left this instance (revoked or lost): forget everything kept for it; the
+        table (to close) and its parking, if any."""
+        with self._lock:
+            table = self.tables.pop(topic, None)
+            parked = self.parked.pop(topic, None)
+        self._catching_up.pop(topic, None)
+        self._strikes.pop(topic, None)
+        self._resumed_at.pop(topic, None)
+        return table, parked
 
     # ------------------------------------------------------------------ parking
 
