@@ -41,15 +41,19 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from confluent_kafka import KafkaException
 
 from bench import many_tables_doc, runner
 from bench.many_tables_load import WatcherProcess, WriterProcess, latencies_ms
 from bench.many_tables_stack import (
     SESSION_TIMEOUT_MS,
     Services,
+    broker_limits,
     kafka_heap,
     names,
     private_services,
@@ -58,6 +62,7 @@ from bench.many_tables_stack import (
 )
 from bench.runner import Context, Results, counting, progress, summary
 from segcat import Catalog
+from segcat.catalog.errors import SegcatError
 
 SCENARIOS = ("create", "heads", "watch", "serve", "failover")
 FULL_SIZES = (1, 1_000, 10_000)
@@ -274,39 +279,58 @@ def failover(svc: Services, writer: WriterProcess, n: int, p: Params) -> dict[st
 # --------------------------------------------------------------------------- one size
 
 
+def attempt(name: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One scenario's figures, or what stopped it: a scenario that fails or times out is
+    recorded as such (the doc shows "failed") and the run goes on with the next one."""
+    try:
+        return measure()
+    except (TimeoutError, RuntimeError, SegcatError, KafkaException) as exc:
+        progress(f"  {name} FAILED: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def heads(svc: Services, tables: list[str]) -> dict[str, Any]:
+    """Redis emptied, one materializer started: until every table's head is in Redis."""
+    svc.flush_redis()
+    group = f"bench-many-{len(tables)}-single-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    proc = svc.start_materializer("m0", group, len(tables))
+    out = svc.wait_heads(dict.fromkeys(tables, 0), head_timeout_s(len(tables)))
+    out["since_start_s"] = None if out["seconds"] is None else round(time.monotonic() - started, 3)
+    out["rss_bytes"] = rss_bytes(proc.pid)
+    out["pid"] = proc.pid
+    if out["seconds"] is None:
+        out["error"] = (
+            f"{out['missing']:,} of {len(tables):,} heads not in Redis in {head_timeout_s(len(tables)):.0f} s"
+        )
+    return out
+
+
 def one_size(svc: Services, n: int, p: Params, only: tuple[str, ...]) -> dict[str, Any]:
     tables = names(n)
     out: dict[str, Any] = {"tables": n}
     progress(f"{n:,} tables")
     with Catalog(svc.config) as catalog:
         out["create"] = create(catalog, tables)
-    svc.flush_redis()
-    group = f"bench-many-{n}-single-{uuid.uuid4().hex[:6]}"
-    started = time.monotonic()
-    proc = svc.start_materializer("m0", group, n)
-    heads = svc.wait_heads(dict.fromkeys(tables, 0), head_timeout_s(n))
-    heads["rss_bytes"] = rss_bytes(proc.pid)
-    heads["since_start_s"] = None if heads["seconds"] is None else round(time.monotonic() - started, 3)
-    out["heads"] = heads
-    progress(f"  heads: {heads}")
-    if heads["seconds"] is None:
-        raise TimeoutError(
-            f"{heads['missing']:,} of {n:,} heads not in Redis within {head_timeout_s(n):.0f} s"
-        )
     writer = WriterProcess(svc.config)
     try:
+        out["heads"] = attempt("heads", lambda: heads(svc, tables))
+        progress(f"  heads: {out['heads']}")
+        if "error" in out["heads"]:
+            return out  # the rest measures a materializer that has every table
+        pid = out["heads"].pop("pid")
         if "watch" in only:
             active = sorted(random.Random(SEED).sample(tables, min(p.active_tables, n)))
-            out["watch"] = watch(svc, writer, active, p)
-            out["watch"]["rss_bytes_after"] = rss_bytes(proc.pid)
-            progress(f"  watch: {out['watch']['arrival_minus_broker_ts']}")
+            out["watch"] = attempt("watch", lambda: watch(svc, writer, active, p))
+            out["watch"]["rss_bytes_after"] = rss_bytes(pid)
+            progress(f"  watch: {out['watch'].get('arrival_minus_broker_ts')}")
         if "serve" in only:
-            out["serve"] = serve(svc, p)
-            progress(f"  serve: {out['serve']['first_page']}")
+            out["serve"] = attempt("serve", lambda: serve(svc, p))
+            progress(f"  serve: {out['serve'].get('first_page')}")
         svc.stop_materializers()
         if "failover" in only and n >= p.materializers:
-            out["failover"] = failover(svc, writer, n, p)
-            progress(f"  failover: kill → fresh {out['failover']['kill_to_fresh_s']} s")
+            out["failover"] = attempt("failover", lambda: failover(svc, writer, n, p))
+            progress(f"  failover: kill → fresh {out['failover'].get('kill_to_fresh_s')} s")
     finally:
         writer.close()
         svc.stop_materializers()
@@ -318,6 +342,7 @@ def run(ctx: Context) -> Results:
     begun = time.monotonic()
     sizes: dict[str, Any] = {}
     timings: dict[str, float] = {}
+    limits = broker_limits()
     with private_services(max(p.sizes), ctx.args.keep) as svc:
         timings["stack_up_s"] = round(time.monotonic() - begun, 1)
         for n in p.sizes:
@@ -327,7 +352,7 @@ def run(ctx: Context) -> Results:
     timings["total_s"] = round(time.monotonic() - begun, 1)
     return {
         "params": asdict(p),
-        "broker": {"kafka_heap": kafka_heap(max(p.sizes)), "nodes": 1},
+        "broker": {"kafka_heap": kafka_heap(max(p.sizes)), "nodes": 1, **limits},
         "timings": timings,
         "sizes": sizes,
     }

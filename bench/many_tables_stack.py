@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -265,7 +266,7 @@ class Services:
     def get_json(self, path: str) -> tuple[int, Any, float]:
         """(status, decoded body, milliseconds) of one GET on the server."""
         start = time.perf_counter()
-        status, body = http_get(self.server_url + path)
+        status, body = http_get(self.server_url + path, timeout_s=120.0)
         elapsed = (time.perf_counter() - start) * 1000
         try:
             return status, json.loads(body), elapsed
@@ -277,6 +278,20 @@ class Services:
         self.stop_materializers()
         if self._redis is not None:
             self._redis.close()
+
+
+def broker_limits() -> dict[str, int | None]:
+    """Raise this process's open-files limit to its hard limit (the broker started from it keeps a
+    file open per partition) and report it with ``vm.max_map_count`` (two index maps per
+    partition): the two host limits a catalog of many topics meets first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        maps: int | None = int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        maps = None
+    return {"open_files_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "max_map_count": maps}
 
 
 def _client_env(settings: StackSettings, warehouse: Path) -> dict[str, str]:
