@@ -30,6 +30,7 @@ def sizes(results: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
 
 
 FAILED = "**failed**"
+STEPS = ("create", "heads", "watch", "serve", "failover")
 
 
 def _latency(watch: dict[str, Any] | None) -> str:
@@ -79,13 +80,8 @@ def render(results: dict[str, Any]) -> str:
     """The run, then one row per catalog size, then the targets."""
     p = results.get("params") or {}
     methods = sorted({m for _, s in sizes(results) if (m := get(s, "create", "method"))})
-    pages = sorted(
-        {
-            "paged (`limit`)" if s["serve"]["paged"] else "whole list"
-            for _, s in sizes(results)
-            if s.get("serve")
-        }
-    )
+    served = [sv for _, s in sizes(results) if (sv := s.get("serve")) and "paged" in sv]
+    pages = sorted({"paged (`limit`)" if sv["paged"] else "whole list" for sv in served})
     heap = get(results, "broker", "kafka_heap") or "?"
     session_s = p.get("session_timeout_ms", 0) / 1000
     rows = [
@@ -145,7 +141,8 @@ def details(results: dict[str, Any]) -> str:
             ("first head in Redis", _s(heads.get("first_s"), 2)),
             ("every head in Redis (polls)", f"{_s(heads.get('seconds'), 2)} ({heads.get('polls', '–')})"),
         ]
-        if w := s.get("watch"):
+        rows += [(f"{key}: failed", str(s[key]["error"])) for key in STEPS if "error" in (s.get(key) or {})]
+        if (w := s.get("watch")) and "error" not in w:
             f = w.get("arrival_minus_broker_ts") or {}
             rows += [
                 (
@@ -154,14 +151,14 @@ def details(results: dict[str, Any]) -> str:
                 ),
                 ("watch: p90 / mean", f"{ms(f.get('p90_ms'))} / {ms(f.get('mean_ms'))}"),
             ]
-        if sv := s.get("serve"):
+        if (sv := s.get("serve")) and "error" not in sv:
             rows += [
                 (
                     "serve: path, entries, start",
                     f"`{sv['path']}`, {sv['entries']}, {_s(sv['server_start_s'], 2)}",
                 )
             ]
-        if f := s.get("failover"):
+        if (f := s.get("failover")) and "error" not in f:
             rows += [
                 ("failover: tables per instance", ", ".join(f"{m} {c:,}" for m, c in f["owned"].items())),
                 ("failover: start → tables shared", _s(f["assigned_s"], 2)),
