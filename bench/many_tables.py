@@ -168,9 +168,7 @@ def watch(svc: Services, writer: WriterProcess, active: list[str], p: Params) ->
         began = time.perf_counter()
         commits = writer.commit(plan, p.watch_pause_s)
         wall = time.perf_counter() - began
-        settle = time.monotonic() + 30
-        while watcher.arrivals < before + len(commits) and time.monotonic() < settle:
-            time.sleep(0.05)
+        settle(watcher, before + len(commits))
         arrivals = watcher.result()
     finally:
         watcher.kill()
@@ -184,6 +182,21 @@ def watch(svc: Services, writer: WriterProcess, active: list[str], p: Params) ->
         "arrival_minus_broker_ts": summary(samples) if samples else None,
         "samples_us": [round(v * 1000) for v in samples],
     }
+
+
+def settle(watcher: WatcherProcess, expected: int, limit_s: float = 60.0, quiet_s: float = 1.0) -> None:
+    """Wait until the watchers have at least ``expected`` notifications and no more came for
+    ``quiet_s`` (a warm-up's late ones count too, so reaching the count alone proves nothing),
+    for at most ``limit_s``: what is still missing then is reported as missed."""
+    deadline = time.monotonic() + limit_s
+    last, since = watcher.arrivals, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = watcher.arrivals
+        if now != last:
+            last, since = now, time.monotonic()
+        elif now >= expected and time.monotonic() - since >= quiet_s:
+            return
 
 
 # --------------------------------------------------------------------------- serve
@@ -248,16 +261,14 @@ def failover(svc: Services, writer: WriterProcess, n: int, p: Params) -> dict[st
     proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     proc.wait(10)
-    committed = {t: v for t, v, _, _ in writer.commit(sample)}
-    commits_s = time.monotonic() - killed
-    fresh = svc.wait_heads(committed, head_timeout_s(n) + p.session_timeout_ms / 1000)
-    fresh_s = None if fresh["seconds"] is None else round(commits_s + fresh["seconds"], 3)
     survivors = members - {victim}
-    try:
-        svc.wait_assigned(group, survivors, n, 60)
-        reassigned_s: float | None = round(time.monotonic() - killed, 3)
-    except TimeoutError:
-        reassigned_s = None
+    with ThreadPoolExecutor(1) as pool:  # the coordinator watched while the heads are
+        reassigned = pool.submit(_reassigned_after, svc, group, survivors, n, killed, head_timeout_s(n))
+        committed = {t: v for t, v, _, _ in writer.commit(sample)}
+        commits_s = time.monotonic() - killed
+        fresh = svc.wait_heads(committed, head_timeout_s(n) + p.session_timeout_ms / 1000)
+        reassigned_s = reassigned.result()
+    fresh_s = None if fresh["seconds"] is None else round(commits_s + fresh["seconds"], 3)
     rss = {m: rss_bytes(svc.materializers[m].pid) for m in sorted(survivors)}
     svc.stop_materializers()
     return {
@@ -274,6 +285,17 @@ def failover(svc: Services, writer: WriterProcess, n: int, p: Params) -> dict[st
         "kill_to_reassigned_s": reassigned_s,
         "survivors_rss_bytes": rss,
     }
+
+
+def _reassigned_after(
+    svc: Services, group: str, survivors: set[str], n: int, killed: float, timeout_s: float
+) -> float | None:
+    """Seconds from ``killed`` until the coordinator shows ``survivors`` holding all ``n`` tables."""
+    try:
+        svc.wait_assigned(group, survivors, n, timeout_s)
+    except TimeoutError:
+        return None
+    return round(time.monotonic() - killed, 3)
 
 
 # --------------------------------------------------------------------------- one size
