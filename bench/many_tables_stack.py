@@ -44,6 +44,9 @@ from segcat.local_stack.settings import StackSettings
 
 HEAD_POLL_S = 0.05
 """Pause between two pipelined head reads while waiting for heads."""
+HEAD_POLL_S_PER_KEY = 50e-6
+"""And more when many heads are missing (0.5 s for 10,000), so the poll never loads the Redis
+the materializer is writing to."""
 SESSION_TIMEOUT_MS = 10_000
 """The materializer's default session timeout, named in the run's parameters."""
 
@@ -191,7 +194,7 @@ class Services:
                     if first is None:
                         first = time.monotonic() - start
             if missing:
-                time.sleep(HEAD_POLL_S)
+                time.sleep(max(HEAD_POLL_S, len(missing) * HEAD_POLL_S_PER_KEY))
         elapsed = time.monotonic() - start
         return {
             "seconds": None if missing else round(elapsed, 3),
