@@ -173,6 +173,13 @@ def details(results: dict[str, Any]) -> str:
                 ),
             ]
         out += [*table(("Figure", "Value"), rows, "ll"), ""]
+    if (per_table := results.get("rss_per_table_bytes")) is not None:
+        out += [
+            "## Materializer memory per table",
+            "",
+            f"RSS after start, (largest size − smallest) ÷ the tables between them: {per_table:,} bytes",
+            "",
+        ]
     if timings := results.get("timings"):
         out += [
             "## Phases of the run",
@@ -189,6 +196,9 @@ def evaluate(results: dict[str, Any]) -> None:
         results["targets"] = []
         return
     (small_n, small), (large_n, large) = measured[0], measured[-1]
+    rss_small, rss_large = get(small, "heads", "rss_bytes"), get(large, "heads", "rss_bytes")
+    if large_n != small_n and rss_small is not None and rss_large is not None:
+        results["rss_per_table_bytes"] = round((rss_large - rss_small) / (large_n - small_n))
     p99_small = get(small, "watch", "arrival_minus_broker_ts", "p99_ms")
     p99_large = get(large, "watch", "arrival_minus_broker_ts", "p99_ms")
     targets = []

@@ -81,7 +81,7 @@ def _results(**overrides: Any) -> dict[str, Any]:
         return {
             "tables": n,
             "create": {"method": "create_tables", "seconds": n / 1000, "per_table_ms": 1.0},
-            "heads": {"since_start_s": 2.0 + n / 1000, "seconds": 2.0, "rss_bytes": 150e6},
+            "heads": {"since_start_s": 2.0 + n / 1000, "seconds": 2.0, "rss_bytes": 150e6 + n * 1_000},
             "watch": {
                 "arrival_minus_broker_ts": {"median_ms": 2.0, "p90_ms": 5.0, "p99_ms": p99, "max_ms": 30.0},
                 "missing": 0,
@@ -149,6 +149,7 @@ def test_the_targets_compare_the_largest_size_with_the_goal_with_one_table_and_w
     assert met["commit → `watch()` p99"] == (12.0, 20.0, True)
     assert met["p99"] == (12.0, 13.0, True)  # 8 ms at one table + 5 ms of noise
     assert met["kill → moved heads fresh"] == (14_000.0, 22_000.0, True)  # 10 s + 12 s start
+    assert results["rss_per_table_bytes"] == 1_000  # (RSS at 10,000 − RSS at 1) ÷ 9,999
 
 
 def test_the_block_has_a_row_per_size_shows_failures_and_replaces_only_its_own_section(
