@@ -334,6 +334,7 @@ def one_size(svc: Services, n: int, p: Params, only: tuple[str, ...]) -> dict[st
     progress(f"{n:,} tables")
     with Catalog(svc.config) as catalog:
         out["create"] = create(catalog, tables)
+    out["broker"] = svc.broker_costs()
     writer = WriterProcess(svc.config)
     try:
         out["heads"] = attempt("heads", lambda: heads(svc, tables))

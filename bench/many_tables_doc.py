@@ -76,6 +76,13 @@ def _failover(size: dict[str, Any]) -> str:
     return f"{_s(f.get('kill_to_fresh_s'), 2)} ({f['sample']} of {f['moved_tables']:,} moved)"
 
 
+def _broker(costs: dict[str, Any] | None) -> str:
+    if not costs:
+        return "–"
+    counts = [("–" if costs.get(k) is None else f"{costs[k]:,}") for k in ("open_files", "memory_maps")]
+    return f"{counts[0]}, {counts[1]}, {mb(costs.get('rss_bytes'))}"
+
+
 def render(results: dict[str, Any]) -> str:
     """The run, then one row per catalog size, then the targets."""
     p = results.get("params") or {}
@@ -138,6 +145,7 @@ def details(results: dict[str, Any]) -> str:
         heads = s.get("heads") or {}
         rows: list[tuple[str, str]] = [
             ("create", f"{_create(s.get('create'))}, {get(s, 'create', 'method') or '–'}"),
+            ("broker after create: open files, memory maps, RSS", _broker(s.get("broker"))),
             ("first head in Redis", _s(heads.get("first_s"), 2)),
             ("every head in Redis (polls)", f"{_s(heads.get('seconds'), 2)} ({heads.get('polls', '–')})"),
         ]

@@ -38,6 +38,7 @@ from segcat.catalog.config import Config
 from segcat.catalog.protocol.names import TOPIC_PREFIX, TableName
 from segcat.catalog.storage.redis import keys
 from segcat.local_stack import kafka as stack_kafka
+from segcat.local_stack import process
 from segcat.local_stack.layout import Layout
 from segcat.local_stack.private import free_port, private_settings
 from segcat.local_stack.settings import StackSettings
@@ -126,6 +127,22 @@ class Services:
                 {**stack_kafka.stack_client_config(layout, self.settings), "log_level": 2}
             )
         return self._admin
+
+    def broker_costs(self) -> dict[str, int | None]:
+        """The broker's open files, memory maps (one file and two index maps per partition: the
+        two host limits a broker of many topics meets) and RSS, now."""
+        record = process.read_pid_file(
+            Layout.of(self.settings).pid_file(stack_kafka.node_name(self.settings, 0))
+        )
+        if record is None:
+            return {"open_files": None, "memory_maps": None, "rss_bytes": None}
+        pid = record.pid
+        try:
+            files: int | None = len(os.listdir(f"/proc/{pid}/fd"))
+            maps: int | None = len(Path(f"/proc/{pid}/maps").read_text().splitlines())
+        except OSError:
+            files = maps = None
+        return {"open_files": files, "memory_maps": maps, "rss_bytes": rss_bytes(pid)}
 
     def flush_redis(self) -> None:
         """Empty the private Redis, so a materializer starts from nothing (never the shared one)."""

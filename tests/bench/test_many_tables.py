@@ -81,6 +81,7 @@ def _results(**overrides: Any) -> dict[str, Any]:
         return {
             "tables": n,
             "create": {"method": "create_tables", "seconds": n / 1000, "per_table_ms": 1.0},
+            "broker": {"open_files": 100 + n, "memory_maps": 800 + 2 * n, "rss_bytes": 4e8},
             "heads": {"since_start_s": 2.0 + n / 1000, "seconds": 2.0, "rss_bytes": 150e6 + n * 1_000},
             "watch": {
                 "arrival_minus_broker_ts": {"median_ms": 2.0, "p90_ms": 5.0, "p99_ms": p99, "max_ms": 30.0},
@@ -171,7 +172,8 @@ def test_the_block_has_a_row_per_size_shows_failures_and_replaces_only_its_own_s
     report.update_section(doc, many_tables.BENCHMARK.name, body)
     blocks = dict(BLOCK.findall(doc.read_text()))
     assert blocks["many-tables"].strip() == body.strip() and "by hand" in doc.read_text()
-    assert many_tables_doc.details(results).startswith("## 1 tables")
+    details = many_tables_doc.details(results)
+    assert details.startswith("## 1 tables") and "| 10,100, 20,800, 400.0 MB |" in details
 
 
 def test_heads_are_waited_for_with_one_pipelined_read_per_poll(
