@@ -58,6 +58,7 @@ BENCH_MODULES = (
     "bench.iceberg_visibility",
     "bench.iceberg_publish_cost",
     "bench.scan_arrow",
+    "bench.many_tables",
 )
 
 

@@ -48,7 +48,7 @@ def test_every_block_of_the_doc_is_a_benchmark_s_and_the_doc_stays_short() -> No
         re.findall(rf"^<!-- [a-z-]+:{edge} -->$", text, re.MULTILINE) for edge in ("start", "end")
     )
     assert len(blocks) == len(starts) == len(ends)
-    assert len(text.splitlines()) <= 560, "one current table per scenario; history goes to CHANGELOG.md"
+    assert len(text.splitlines()) <= 600, "one current table per scenario; history goes to CHANGELOG.md"
 
 
 def test_a_block_is_replaced_and_the_hand_written_text_kept(tmp_path: Path) -> None:
