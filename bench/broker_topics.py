@@ -97,8 +97,7 @@ def private_broker(heap: str, keep: bool, log_copy: Path | None = None) -> Itera
     root = Path(tempfile.mkdtemp(prefix="segcat-broker-topics-"))
     # a restart with many logs takes minutes on a small machine: wait for it, up to a point
     settings = replace(stack_settings(root / "single", 1, set()), start_timeout_s=START_TIMEOUT_S)
-    if heap:
-        settings = replace(settings, kafka_heap=heap)
+    settings = replace(settings, kafka_heap=heap or StackSettings.load().kafka_heap)
     try:
         progress(f"starting a private broker on {settings.bootstrap_servers} (heap {settings.kafka_heap})")
         stack.up(settings)
