@@ -59,6 +59,8 @@ IDLE_WINDOW_S = 60.0
 """How long the broker's CPU is watched with every topic idle: long enough for the log
 cleaner's and the log manager's periodic checks to run several times."""
 METADATA_REPS = 5
+MAX_RECORDS_PER_BATCH = 10_000
+"""Kafka's ``QuorumController.MAX_RECORDS_PER_USER_OP``: the records one CreateTopics may make."""
 START_TIMEOUT_S = 900.0
 STOP_TIMEOUT_S = 180.0
 """A clean shutdown writes every partition's recovery checkpoint; a broker killed instead would
@@ -67,6 +69,8 @@ recover every log on restart and measure something else."""
 
 @dataclass
 class Broker:
+    """The private broker: its settings, data dir, process and an admin client for it."""
+
     settings: StackSettings
 
     @property
@@ -94,6 +98,8 @@ class Broker:
 
 @contextlib.contextmanager
 def private_broker(heap: str, keep: bool, log_copy: Path | None = None) -> Iterator[Broker]:
+    """A single-node stack in a temporary home on free ports, stopped and removed (unless
+    ``keep``) however the block ends; its broker log copied to ``log_copy`` first."""
     root = Path(tempfile.mkdtemp(prefix="segcat-broker-topics-"))
     # a restart with many logs takes minutes on a small machine: wait for it, up to a point
     settings = replace(stack_settings(root / "single", 1, set()), start_timeout_s=START_TIMEOUT_S)
@@ -116,9 +122,11 @@ def private_broker(heap: str, keep: bool, log_copy: Path | None = None) -> Itera
 # --------------------------------------------------------------------------- creating
 
 
-def create_topics(broker: Broker, names: list[str], config: dict[str, str], batch: int) -> float:
-    """Seconds to create ``names`` (``batch`` per CreateTopics request, the requests of one
-    batch awaited before the next) until the broker has a log directory for each."""
+def create_topics(
+    broker: Broker, names: list[str], config: dict[str, str], batch: int
+) -> tuple[float, float]:
+    """Seconds until the controller acknowledged ``names`` (``batch`` per CreateTopics request,
+    each awaited before the next) and until the broker has a log directory for each."""
     admin = broker.admin()
     start = time.monotonic()
     for i in range(0, len(names), batch):
@@ -129,11 +137,12 @@ def create_topics(broker: Broker, names: list[str], config: dict[str, str], batc
         for future in futures.values():
             future.result(timeout=180)
         progress(f"  created {min(i + batch, len(names))} / {len(names)}")
+    acknowledged = time.monotonic() - start
     wanted = set(names)
     while True:
         on_disk = {p.name.rsplit("-", 1)[0] for p in broker.data.iterdir() if p.is_dir()}
         if wanted <= on_disk:
-            return time.monotonic() - start
+            return acknowledged, time.monotonic() - start
         if time.monotonic() - start > 600:
             raise RuntimeError(f"{len(wanted - on_disk)} topics have no log directory after 600 s")
         time.sleep(0.2)
@@ -302,8 +311,11 @@ def loading_line(broker: Broker) -> str:
 
 
 ROWS = [
-    ("create_s", "time to create (s)", "{:.1f}"),
-    ("create_per_s", "topics created per second", "{:.0f}"),
+    ("created", "topics created in this step", "{:,}"),
+    ("create_ack_s", "… acknowledged by the controller (s)", "{:.1f}"),
+    ("create_s", "… until every log exists (s)", "{:.1f}"),
+    ("create_per_s", "… logs created per second", "{:.0f}"),
+    ("load_1m", "machine load average, 1 min", "{:.1f}"),
     ("dirs", "directories in the log dir", "{:,}"),
     ("files", "files in the log dir", "{:,}"),
     ("apparent_mb", "log dir, apparent size (MiB)", "{:,.0f}"),
@@ -362,11 +374,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the broker's home")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    totals = sorted({int(x) for x in args.topics.split(",")})
+    try:
+        totals = sorted({int(x) for x in args.topics.split(",")})
+    except ValueError:
+        parser.error(f"--topics takes comma-separated counts, not {args.topics!r}")
     config = Config.load(env={"SEGCAT_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     topic_config = topic_settings(config)
     if args.index_bytes is not None:
         topic_config["segment.index.bytes"] = str(args.index_bytes)
+    # a topic is a topic record, a partition record and a record per setting (and one more, as
+    # measured), and one CreateTopics request one controller batch of fewer than 10,000 records
+    largest = (MAX_RECORDS_PER_BATCH - 1) // (3 + len(topic_config))
+    if not 1 <= args.batch <= largest:
+        parser.error(f"--batch must be 1..{largest}: Kafka refuses a larger CreateTopics with these settings")
     steps: list[dict[str, Any]] = []
     log_copy = args.json.with_suffix(".kafka.log") if args.json is not None else None
     with private_broker(args.heap, args.keep, log_copy) as broker:
@@ -376,9 +396,15 @@ def main(argv: list[str] | None = None) -> int:
         for total in totals:
             names = [f"{TOPIC_PREFIX}t{i:06d}" for i in range(done, total)]
             progress(f"creating {len(names)} topics (to {total})")
-            took = create_topics(broker, names, topic_config, args.batch)
+            acknowledged, took = create_topics(broker, names, topic_config, args.batch)
             done = total
-            step: dict[str, Any] = {"topics": total, "create_s": took, "create_per_s": len(names) / took}
+            step: dict[str, Any] = {
+                "topics": total,
+                "created": len(names),
+                "create_ack_s": acknowledged,
+                "create_s": took,
+                "create_per_s": len(names) / took,
+            }
             step["metadata_ms"], step["metadata_fresh_ms"] = metadata_ms(broker, total)
             progress(f"  watching idle CPU for {args.idle_s:.0f} s")
             step["idle_cpu_pct"] = idle_cpu_percent(pid, args.idle_s)
@@ -386,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 set_cleaner_backoff(broker, 15_000)
                 step["idle_cpu_default_backoff_pct"] = idle_cpu_percent(pid, args.idle_s)
                 set_cleaner_backoff(broker, 1_000)
-            step |= log_dir_facts(broker.data) | process_facts(pid)
+            step |= log_dir_facts(broker.data) | process_facts(pid) | {"load_1m": os.getloadavg()[0]}
             steps.append(step)
             progress(render(steps))
         if not args.no_restart and done:
