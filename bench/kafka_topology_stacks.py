@@ -32,6 +32,9 @@ from segcat.local_stack.settings import StackSettings
 _quiet = logging.getLogger("bench.kafka_topology.librdkafka")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
+TOPOLOGY_HEAP = "512m"
+"""Each node's -Xmx, as in the figures of docs/BENCHMARKS.md ("Kafka topology"), whatever the
+local stack's default."""
 TOPOLOGIES = {"single": 1, "three": 3}
 """Topology key → number of KRaft nodes."""
 
@@ -57,6 +60,7 @@ def stack_settings(home: Path, brokers: int, taken: set[int]) -> StackSettings:
         secure=False,
         s3=False,
         redis_cluster=False,
+        kafka_heap=TOPOLOGY_HEAP,
     )
 
 

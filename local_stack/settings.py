@@ -50,7 +50,9 @@ class StackSettings:
     kafka_version: str = DEFAULT_KAFKA_VERSION
     kafka_port: int = DEFAULT_KAFKA_PORT
     kafka_controller_port: int = DEFAULT_KAFKA_CONTROLLER_PORT
-    kafka_heap: str = "512m"
+    kafka_heap: str = "1g"
+    """The broker's -Xmx: a catalog of 10,000 tables keeps about 420 MiB of it live after a restart
+    (docs/OPERATIONS.md, "Many tables: what the broker pays")."""
     redis_port: int = DEFAULT_REDIS_PORT
     start_timeout_s: float = 120.0
     brokers: int = 1
@@ -87,7 +89,7 @@ class StackSettings:
                 65535,
                 "stack",
             ),
-            kafka_heap=src.text(None, "kafka_heap", "512m", section="stack"),
+            kafka_heap=src.text(None, "kafka_heap", "1g", section="stack"),
             redis_port=src.integer(
                 "SEGCAT_STACK_REDIS_PORT", "redis_port", DEFAULT_REDIS_PORT, 1, 65535, "stack"
             ),
