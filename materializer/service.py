@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from redis.exceptions import RedisError
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -55,6 +56,8 @@ from segcat.materializer import endpoints, maintenance, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from segcat.materializer.frame_writer import FrameWriter
 from segcat.materializer.publisher import PublisherFactory
+from segcat.materializer.redis_sentinel import RedisSentinel
+from segcat.materializer.schedule import Schedule
 from segcat.materializer.table_materializer import TableMaterializer
 
 log = logging.getLogger("segcat.materializer")
@@ -66,6 +69,15 @@ _librdkafka_log.addFilter(ThrottleFilter())
 TOPIC_PATTERN = r"^segcat\..*"
 DEFAULT_GROUP = "segcat-materializer"
 TICK_SECONDS = 1.0
+"""How often the service-wide periodic work runs (the Redis sentinel, tables created anew, the
+back-off resets); a table's own periodic work runs when its deadline is due (``Schedule``), at
+most once per this long."""
+DUE_BUDGET_TABLES = 100
+DUE_BUDGET_S = 0.005
+"""One loop iteration ticks at most this many due tables, or for about this long, before it
+polls again: a burst of due tables (every table after Redis was flushed) is spread over
+iterations and never holds back the next records' notifications for long."""
+POLL_TIMEOUT_S = 0.2
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """Kafka's default is 45 s; the broker's floor (``group.min.session.timeout.ms``) is 6 s."""
 INSTANCE_ID_ENV = "SEGCAT_MATERIALIZER_INSTANCE_ID"
@@ -215,6 +227,12 @@ class Materializer:
         """The port the endpoints listen on once ``run`` started them (None: not served)."""
         self._consumer: Consumer | None = None
         self._catching_up: dict[str, int] = {}
+        """Tables with a backlog still to apply: the offset that ends it (dropped once it ended)."""
+        self.schedule: Schedule[str] = Schedule()
+        """When each table next needs its periodic work (``TableMaterializer.due``)."""
+        self._sentinel = None if self.redis is None else RedisSentinel(self.redis)
+        self._gate_seen = 0
+        """The ``RedisGate.generation`` the last sentinel check accounted for."""
         self._strikes: dict[str, int] = {}
         self._resumed_at: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -329,6 +347,7 @@ class Materializer:
         periodic work is followed."""
         with self._lock:
             self.tables[topic] = table
+        self.schedule.set(topic, time.monotonic())  # its first tick rebuilds its Redis keys
 
     def _table_removed(self, topic: str) -> tuple[TableMaterializer | None, Parked | None]:
         """A table left this instance (revoked or lost): forget everything kept for it; the
@@ -337,6 +356,7 @@ class Materializer:
             table = self.tables.pop(topic, None)
             parked = self.parked.pop(topic, None)
         self._catching_up.pop(topic, None)
+        self.schedule.cancel(topic)
         self._strikes.pop(topic, None)
         self._resumed_at.pop(topic, None)
         return table, parked
@@ -419,6 +439,7 @@ class Materializer:
             with self._lock:
                 self.parked.pop(topic, None)
             self._resumed_at[topic] = time.monotonic()
+            self.schedule.set(topic, self._resumed_at[topic])
             metrics.TABLE_PARKED.labels(parked.table).set(0)
             log.info(
                 "table resumed",
@@ -619,11 +640,22 @@ class Materializer:
         return facts
 
     def _poll(self, consumer: Consumer) -> None:
-        first = consumer.poll(0.2)
+        """Apply one batch of records, then tick the tables whose periodic work is due (within
+        the budget). Nothing here is O(tables followed): only the tables touched, still catching
+        up or due are looked at."""
+        now = time.monotonic()
+        next_due = self.schedule.next_deadline()
+        timeout = POLL_TIMEOUT_S if next_due is None else min(max(next_due - now, 0.0), POLL_TIMEOUT_S)
+        first = consumer.poll(timeout)
         self._last_poll = time.monotonic()
         if first is None:
             self._finish_catch_ups(consumer, idle=True)  # a backlog whose last offsets never came
-            return
+        else:
+            self._apply_batch(consumer, first)
+        if self._fatal is None:
+            self._run_due(consumer)
+
+    def _apply_batch(self, consumer: Consumer, first: Message) -> None:
         touched: dict[str, TableMaterializer] = {}
         done: dict[str, Message] = {}  # each table's last record applied: its offset is stored once
         for msg in [first, *consumer.consume(num_messages=1_000, timeout=0)]:
@@ -656,33 +688,104 @@ class Materializer:
                 table.flush()
             except Exception as exc:
                 self._park(consumer, topic, table, exc, offset=table.state.version)
+                continue
+            self._reschedule(topic, table)
         self._finish_catch_ups(consumer, idle=False)
+
+    def _reschedule(self, topic: str, table: TableMaterializer, *, not_before: float = 0.0) -> None:
+        """Keep the table's next tick at what it needs (never before ``not_before``); the
+        back-off reset of a table resumed after parking is ``_tick``'s."""
+        try:
+            due = table.due()
+        except Exception:  # asking must never stop the loop: look again in a while
+            log.debug("due time unavailable", extra={"table": table.name.qualified}, exc_info=True)
+            due = time.monotonic() + TICK_SECONDS
+        self.schedule.set(topic, None if due is None else max(due, not_before))
 
     def _finish_catch_ups(self, consumer: Consumer, *, idle: bool) -> None:
         """Tables done with the backlog found on assignment (or idle: nothing more to read)
-        write the key frame that ends their catch-up and publish from then on."""
-        for topic, table in list(self.tables.items()):
-            if not table.catching_up or topic in self.parked:
+        write the key frame that ends their catch-up and publish from then on. Only the tables
+        whose backlog has not ended yet are looked at; each leaves ``_catching_up`` when it ends."""
+        for topic, end in list(self._catching_up.items()):
+            table = self.tables.get(topic)
+            if table is None:
+                del self._catching_up[topic]
                 continue
-            if idle or table.state.version >= self._catching_up.get(topic, -1):
+            if topic in self.parked:
+                continue
+            reached = table.state.version >= end
+            if table.catching_up and (idle or reached):
                 try:
                     table.finish_catch_up()
                 except Exception as exc:
                     self._park(consumer, topic, table, exc, offset=table.state.version)
+                    continue
+                self._reschedule(topic, table)
+                reached = True  # (idle: the offsets before the end never came)
+            if reached:
+                del self._catching_up[topic]
+
+    def _run_due(self, consumer: Consumer) -> None:
+        """Tick the tables whose periodic work is due, earliest first, within the budget
+        (``DUE_BUDGET_TABLES`` / ``DUE_BUDGET_S``); the rest stay due for the next iteration.
+        A ticked table is next ticked when it says (``TableMaterializer.due``), and not again
+        within ``TICK_SECONDS``."""
+        started = time.monotonic()
+        for _ in range(DUE_BUDGET_TABLES):
+            now = time.monotonic()
+            if now - started >= DUE_BUDGET_S:
+                return
+            due = self.schedule.pop_due(now, 1)
+            if not due:
+                return
+            topic = due[0]
+            table = self.tables.get(topic)
+            if table is None or topic in self.parked:
+                continue  # its resumption schedules it again
+            try:
+                table.tick()
+            except Exception as exc:  # one table's trouble must not stop the others
+                self._park(consumer, topic, table, exc, offset=table.state.version)
+                continue
+            self._reschedule(topic, table, not_before=now + TICK_SECONDS)
 
     def _tick(self, consumer: Consumer) -> None:
+        """Once a second, the work of the whole service (each table's own runs in ``_run_due``):
+        tables created anew, one Redis round trip that tells whether Redis lost what it held,
+        and the back-off reset of the tables resumed a while ago."""
         now = time.monotonic()
         self._follow_recreated(consumer)
-        for topic, table in list(self.tables.items()):
+        self._check_redis()
+        for topic, resumed in list(self._resumed_at.items()):
+            if now - resumed < STRIKES_RESET_S:
+                continue
             if topic not in self.parked:
-                try:
-                    table.tick()
-                except Exception as exc:  # one table's trouble must not stop the others
-                    self._park(consumer, topic, table, exc, offset=table.state.version)
-                resumed = self._resumed_at.get(topic)
-                if topic not in self.parked and resumed is not None and now - resumed >= STRIKES_RESET_S:
-                    self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
-                    self._resumed_at.pop(topic, None)
+                self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
+            self._resumed_at.pop(topic, None)
+
+    def _check_redis(self) -> None:
+        """The sentinel (``redis_sentinel``): when Redis lost what it held, or failed meanwhile
+        (the gate counted a failure: a write may be missing), every owned table rebuilds or
+        checks its keys, spread over the next iterations by ``_run_due``'s budget."""
+        if self._sentinel is None or not self.gate.open():
+            return
+        try:
+            intact = self._sentinel.check()
+        except (SegcatError, RedisError) as exc:
+            self.gate.failed(exc, "(redis sentinel)")
+            return
+        self.gate.succeeded()
+        generation = self.gate.generation
+        if intact and generation == self._gate_seen:
+            return
+        self._gate_seen = generation
+        now = time.monotonic()
+        with self._lock:
+            owned = list(self.tables.items())
+        for topic, table in owned:
+            if table.redis is not None:
+                table.redis.suspect(lost=not intact)
+                self.schedule.earliest(topic, now)
 
     def _follow_recreated(self, consumer: Consumer) -> None:
         """Tables whose topic was created anew (another topic id) while assigned here: recover
@@ -702,6 +805,8 @@ class Materializer:
                 consumer.seek(TopicPartition(topic, 0, offset))
             except Exception as exc:
                 self._park(consumer, topic, table, exc, offset=None, stage="recover")
+                continue
+            self.schedule.set(topic, time.monotonic())
 
     def _lag_loop(self) -> None:
         """The lag gauges, once a tick, in a thread of their own: a slow or unanswered request

@@ -57,6 +57,12 @@ from segcat.materializer.redis_publisher import RedisPublisher
 
 log = logging.getLogger("segcat.materializer")
 
+UNSCHEDULED_TICK_S = 1.0
+"""How often a publisher that does not say when it needs time (``due``) is ticked."""
+WRITE_RECHECK_S = 1.0
+"""While a table's key frame is being written in the background, how often a tick looks whether
+the write failed (a failure parks the table)."""
+
 
 class TableMaterializer:
     """One table's loader and publishers. Methods raise on anything a publisher does not handle
@@ -306,7 +312,8 @@ class TableMaterializer:
             publisher.flush()
 
     def tick(self) -> None:
-        """Called periodically: work due by time (key frames after T seconds, Redis checks)."""
+        """Work due by time (key frames after T seconds, Redis rebuilds, retries): called once
+        ``due`` has passed."""
         self._raise_failure()
         self.flush()
         image = self.image()
@@ -318,6 +325,25 @@ class TableMaterializer:
             stage, self.stage = self.stage, self.iceberg.name
             self.iceberg.tick(image)
             self.stage = stage
+
+    def due(self) -> float | None:
+        """When ``tick`` next has work (``time.monotonic()``; None: nothing until a record): the
+        earliest of the publishers' ``due``; soon while a background write is queued (its failure
+        is raised by a tick) or has failed. A publisher without ``due`` is ticked every
+        ``UNSCHEDULED_TICK_S``."""
+        now = time.monotonic()
+        if self.frames.failure() is not None:
+            return now
+        image = self.image()
+        deadlines = [now + WRITE_RECHECK_S] if self.frames.busy else []
+        for publisher in self.publishers:
+            due = getattr(publisher, "due", None)
+            deadline = now + UNSCHEDULED_TICK_S if due is None else due(image)
+            if deadline is not None:
+                deadlines.append(deadline)
+        if self.iceberg is not None and (deadline := self.iceberg.due(image)) is not None:
+            deadlines.append(deadline)
+        return min(deadlines, default=None)
 
     def write_keyframe(self) -> None:
         """Cut a key frame of the image now (archiving the records since the last one)."""
