@@ -172,7 +172,15 @@ LAG_TIMEOUT_S = 2.0
 """How long a tick waits for the tables' log ends (the lag gauges) before leaving them as they are."""
 ID_CHECK_S = 5.0
 """How often the lag thread asks for the followed topics' ids (a topic created anew under a
-table's name is followed within about this long; readers never take its values meanwhile)."""
+table's name is followed within about this long per ``KAFKA_SLICE`` tables owned; readers never
+take its values meanwhile)."""
+KAFKA_SLICE = 1_000
+"""Tables per lag or topic-id request. Both requests cost in proportion to the tables asked
+about, in the broker and in this process (one future per partition): ~25 ms of CPU and ~0.35 s
+of waiting per 1,000 tables on the local stack, so 10,000 at once would outlast
+``LAG_TIMEOUT_S``. Each request asks about the next slice, round robin: a table's lag gauge is
+refreshed every ⌈tables / this⌉ ticks, its topic id checked every ⌈tables / this⌉ × ``ID_CHECK_S``
+(docs/OPERATIONS.md, "Materializer memory per table" and the costs next to it)."""
 
 
 def check_pattern(pattern: str) -> str:
@@ -247,6 +255,9 @@ class Materializer:
         self._known_ids: dict[str, str | None] = {}
         """Topic ids asked for a whole assignment at once, each taken by its table's recovery."""
         self._ids_checked_at = 0.0
+        self._lag_cursor = 0
+        self._ids_cursor = 0
+        """Where the next lag / topic-id request's slice of the owned tables starts."""
         self._recreated: dict[str, str] = {}
         """Topics the lag thread found with another topic id than their table's image: the main
         loop recovers them (the topic was deleted and created again under the same name)."""
@@ -818,7 +829,8 @@ class Materializer:
                 log.warning("lag measurement failed", extra={"error": repr(exc)})
 
     def _measure_lag(self) -> None:
-        """Every followed table's log end in one ListOffsets request (the lag gauges).
+        """The log ends of the next ``KAFKA_SLICE`` followed tables in one ListOffsets request (the
+        lag gauges); with more tables than that, the gauges are refreshed slice by slice.
 
         A request that succeeds is also what clears ``brokers_down`` in the health answer: with no
         table assigned a metadata request stands in for it, or the flag would stay set forever.
@@ -828,9 +840,10 @@ class Materializer:
         the commits arriving meanwhile, would wait that long for every table followed.
         """
         with self._lock:
-            tables = list(self.tables.values())
-        if tables:
-            self._check_topic_ids(tables)
+            owned = list(self.tables.values())
+        if owned:
+            self._check_topic_ids(owned)
+        tables, self._lag_cursor = _next_slice(owned, self._lag_cursor)
         try:
             if tables:
                 ends = self._topic_admin().log_ends([table.name for table in tables])
@@ -850,20 +863,22 @@ class Materializer:
             if high >= 0:
                 metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
 
-    def _check_topic_ids(self, tables: list[TableMaterializer]) -> None:
-        """Every ``ID_CHECK_S``, each followed table's topic id in one request: a table whose topic
-        was deleted and created again while assigned here is handed to the main loop to recover
-        (``_follow_recreated``). A check that fails waits for the next one (said at INFO: the lag
-        gauges already report an unreachable Kafka)."""
+    def _check_topic_ids(self, owned: list[TableMaterializer]) -> None:
+        """Every ``ID_CHECK_S``, the topic ids of the next ``KAFKA_SLICE`` followed tables in one
+        request: a table whose topic was deleted and created again while assigned here is handed
+        to the main loop to recover (``_follow_recreated``). A check that fails waits for the next
+        one (said at INFO: the lag gauges already report an unreachable Kafka)."""
         now = time.monotonic()
         if now - self._ids_checked_at < ID_CHECK_S:
             return
         self._ids_checked_at = now
+        tables, next_cursor = _next_slice(owned, self._ids_cursor)
         try:
             ids = self._topic_admin().topic_ids([table.name for table in tables])
         except SegcatError as exc:
             log.info("topic ids unavailable", extra={"error": str(exc)})
             return
+        self._ids_cursor = next_cursor
         recreated = {
             t.name.topic: found
             for t in tables
@@ -877,6 +892,17 @@ class Materializer:
         if self._admin is None:  # a short timeout: the tick must not hang while brokers are away
             self._admin = TopicAdmin(dataclasses.replace(self.config, request_timeout_s=LAG_TIMEOUT_S))
         return self._admin
+
+
+def _next_slice(owned: list[TableMaterializer], cursor: int) -> tuple[list[TableMaterializer], int]:
+    """The ``KAFKA_SLICE`` tables from ``cursor`` on (wrapping around), and the next cursor."""
+    if len(owned) <= KAFKA_SLICE:
+        return owned, 0
+    start = cursor % len(owned)
+    chosen = owned[start : start + KAFKA_SLICE]
+    if len(chosen) < KAFKA_SLICE:
+        chosen += owned[: KAFKA_SLICE - len(chosen)]
+    return chosen, (start + KAFKA_SLICE) % len(owned)
 
 
 def install_signal_handlers(service: Materializer) -> None:

@@ -45,9 +45,11 @@ class CountingAdmin:
 
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()
+        self.asked: list[list[TableName]] = []
 
     def log_ends(self, names: list[TableName]) -> dict[TableName, int]:
         self.requests["log_ends"] += 1
+        self.asked.append(names)
         return {name: 0 for name in names}
 
     def topic_ids(self, names: list[TableName]) -> dict[TableName, str | None]:
@@ -82,7 +84,11 @@ def _service(config: Config, tables: int, ns: str) -> tuple[Materializer, Counti
         name = TableName.parse(f"{ns}.t{i:04d}")
         assert service.redis is not None
         table = TableMaterializer(
-            name, config, service.redis, TableFiles(store, name), service.gate  # type: ignore[arg-type]
+            name,
+            config,
+            service.redis,
+            TableFiles(store, name),
+            service.gate,  # type: ignore[arg-type]
         )
         service._table_added(name.topic, table)
         table.recover()
@@ -100,7 +106,8 @@ def _settle(service: Materializer, consumer: IdleConsumer) -> None:
 
 def _commands(client: redis.Redis[bytes]) -> int:
     stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_config"))
+    ours = ("cmdstat_info", "cmdstat_config", "cmdstat_config|resetstat")  # the test's own
+    return sum(int(v["calls"]) for k, v in stats.items() if k not in ours)
 
 
 def _idle_io(config: Config, client: redis.Redis[bytes], tables: int, ns: str) -> tuple[int, int, int]:
@@ -151,10 +158,24 @@ def test_a_flushed_redis_is_noticed_and_rebuilt_in_bounded_slices(
     assert len(service.schedule) == 250
     monkeypatch.setattr(service_module, "DUE_BUDGET_S", 60.0)  # count tables, not milliseconds
     ticked = []
-    while service.schedule.next_deadline() is not None and service.schedule.next_deadline() <= time.monotonic():  # type: ignore[operator]
+    while (due := service.schedule.next_deadline()) is not None and due <= time.monotonic():
         before = len(service.schedule)
         service._run_due(consumer)  # type: ignore[arg-type]
         ticked.append(before - len(service.schedule))
     assert ticked and max(ticked) <= service_module.DUE_BUDGET_TABLES
     assert sum(ticked) == 250
     assert sorted(k for k in client.keys("segcat:*:head") if b"flushed" in k) == heads
+
+
+def test_lag_requests_ask_about_a_bounded_slice_of_the_tables_round_robin(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path, monkeypatch: Any
+) -> None:
+    mconfig = materializer_config(config, private_redis.url, tmp_path / "warehouse")
+    service, _ = _service(mconfig, 20, "lagslices")
+    admin = CountingAdmin()
+    service._admin = admin  # type: ignore[assignment]
+    monkeypatch.setattr(service_module, "KAFKA_SLICE", 7)
+    for _ in range(3):
+        service._measure_lag()
+    assert [len(names) for names in admin.asked] == [7, 7, 7]
+    assert {name for names in admin.asked for name in names} == {t.name for t in service.tables.values()}

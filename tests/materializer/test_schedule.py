@@ -26,9 +26,7 @@ def test_schedule_matches_a_dict_of_deadlines(ops: list[tuple[str, object, objec
     schedule: Schedule[int] = Schedule()
     model: dict[int, float] = {}
     order: dict[int, int] = {}  # when the model's deadline was last set: ties pop in that order
-    step = 0
-    for op, a, b in ops:
-        step += 1
+    for step, (op, a, b) in enumerate(ops):
         if op == "set":
             key, deadline = int(a), b  # type: ignore[call-overload]
             schedule.set(key, deadline)  # type: ignore[arg-type]
