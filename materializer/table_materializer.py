@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
+from typing import Any
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive
@@ -112,8 +113,9 @@ class TableMaterializer:
         """Handed each delta last, once the round's key frame went to the writer (``_publish``)."""
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
-        # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k)
-        self._m_records = {o: metrics.RECORDS.labels(self._label, o.value) for o in Outcome}
+        # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k); the
+        # records counter's only for the outcomes seen: an idle table keeps no child per outcome
+        self._m_records: dict[Outcome, Any] = {}
         self._m_head = metrics.HEAD.labels(self._label)
         self._m_live = metrics.LIVE_SEGMENTS.labels(self._label)
 
@@ -234,7 +236,12 @@ class TableMaterializer:
         self.stage = "rules"
         applied = rules.apply_record(self.state, record)
         verdict, delta = applied.verdict, applied.delta
-        self._m_records[verdict.outcome].inc()
+        counter = self._m_records.get(verdict.outcome)
+        if counter is None:
+            counter = self._m_records[verdict.outcome] = metrics.RECORDS.labels(
+                self._label, verdict.outcome.value
+            )
+        counter.inc()
         commit = None
         if delta is not None and record.value is not None:
             commit = delta
