@@ -3,11 +3,11 @@
 Redis is a cache the materializer rebuilds from its images; it must notice when the cache lost
 what it wrote. Asking every table's head each second costs two round trips per table, which at
 ten thousand mostly idle tables is the whole tick. Instead each materializer process keeps a
-*sentinel* key of its own and moves it on every check: ``SET key <token>:<n> GET`` must answer
-``<token>:<n-1>``. Any other answer means the keys written before are gone or older than they
-were (FLUSHALL/FLUSHDB, a restart without persistence, a restore from an older RDB/AOF, a
-failover to a replica that lagged): the service then has every table it owns check and rebuild
-its keys, spread over the following ticks.
+*sentinel* key of its own and moves it on every check: before it is set to ``<token>:<n>`` it
+must read ``<token>:<n-1>`` (GET and SET in one pipeline). Any other answer means the keys
+written before are gone or older than they were (FLUSHALL/FLUSHDB, a restart without
+persistence, a restore from an older RDB/AOF, a failover to a replica that lagged): the service
+then has every table it owns rebuild its keys, spread over the following ticks.
 
 On a Redis Cluster every primary holds a part of the keys and can lose them on its own, so there
 is one sentinel per primary (a hash tag chosen to land in one of its slots); a cluster pipeline
@@ -71,9 +71,10 @@ class RedisSentinel:
         keys = list(written) or self._keys()
         with self._store.guarded("sentinel check"):
             pipe: Any = self._store.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.set(key, f"{self._token}:{written.get(key, 0) + 1}", px=TTL_MS, get=True)
-            answers = pipe.execute()
+            for key in keys:  # GET then SET rather than SET … GET (Redis ≥ 6.2): only we write it
+                pipe.get(key)
+                pipe.set(key, f"{self._token}:{written.get(key, 0) + 1}", px=TTL_MS)
+            answers = pipe.execute()[::2]
         intact = True
         for key, old in zip(keys, answers, strict=True):
             expected = written.get(key)

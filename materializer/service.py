@@ -176,11 +176,10 @@ table's name is followed within about this long per ``KAFKA_SLICE`` tables owned
 take its values meanwhile)."""
 KAFKA_SLICE = 1_000
 """Tables per lag or topic-id request. Both requests cost in proportion to the tables asked
-about, in the broker and in this process (one future per partition): ~25 ms of CPU and ~0.35 s
-of waiting per 1,000 tables on the local stack, so 10,000 at once would outlast
-``LAG_TIMEOUT_S``. Each request asks about the next slice, round robin: a table's lag gauge is
-refreshed every ⌈tables / this⌉ ticks, its topic id checked every ⌈tables / this⌉ × ``ID_CHECK_S``
-(docs/OPERATIONS.md, "Materializer memory per table" and the costs next to it)."""
+about, in the broker and in this process (one future per partition), and ten thousand at once
+outlast ``LAG_TIMEOUT_S``. Each request asks about the next slice, round robin: a table's lag
+gauge is refreshed every ⌈tables / this⌉ ticks, its topic id checked every ⌈tables / this⌉ ×
+``ID_CHECK_S`` (docs/OPERATIONS.md, "Materializer periodic work")."""
 
 
 def check_pattern(pattern: str) -> str:

@@ -35,8 +35,8 @@ from segcat.catalog.storage.segments_arrow import AVRO_COLUMN, segments_table
 @functools.cache
 def _empty_rows(*, lean: bool) -> pa.Table:
     """The rows of an image without segments or stats columns, built once: Arrow tables are
-    immutable, and a materializer following thousands of empty tables kept a schema's worth of
-    Arrow objects (~10 KiB) for each."""
+    immutable, and a materializer following thousands of empty tables would otherwise keep a
+    schema's worth of Arrow objects for each."""
     if lean:
         return segments_table((), {})
     return keyframe.segment_rows((), {})
