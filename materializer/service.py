@@ -78,6 +78,7 @@ DUE_BUDGET_S = 0.005
 polls again: a burst of due tables (every table after Redis was flushed) is spread over
 iterations and never holds back the next records' notifications for long."""
 POLL_TIMEOUT_S = 0.2
+"""The longest a poll waits for records; shorter when a table's periodic work is due sooner."""
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """Kafka's default is 45 s; the broker's floor (``group.min.session.timeout.ms``) is 6 s."""
 INSTANCE_ID_ENV = "SEGCAT_MATERIALIZER_INSTANCE_ID"
