@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from segcat.catalog.config import Config
+from segcat.catalog.protocol import codec
+from segcat.catalog.protocol.model import Commit, LogRecord, Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import service as service_module
 from segcat.materializer.service import Materializer
 from segcat.materializer.table_materializer import TableMaterializer
+from tests.factories import segment
 from tests.materializer_support import PrivateRedis, materializer_config
 
 
@@ -179,3 +183,31 @@ def test_lag_requests_ask_about_a_bounded_slice_of_the_tables_round_robin(
         service._measure_lag()
     assert [len(names) for names in admin.asked] == [7, 7, 7]
     assert {name for names in admin.asked for name in names} == {t.name for t in service.tables.values()}
+
+
+def test_a_key_frame_is_cut_t_seconds_after_a_commit_by_the_schedule(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    mconfig = replace(
+        materializer_config(config, private_redis.url, tmp_path / "warehouse"), keyframe_every_seconds=0.5
+    )
+    service, _ = _service(mconfig, 30, "bytime")
+    consumer = IdleConsumer()
+    _settle(service, consumer)
+    topic, table = next(iter(service.tables.items()))
+    commit = Commit(
+        Commit.new_id(), table.name.qualified, Operation.APPEND, -1, "w", 0, adds=(segment("s0"),)
+    )
+    table.apply(LogRecord(0, 1_700_000_000_000, commit.commit_id.encode(), codec.encode_commit(commit)))
+    table.flush()
+    service._reschedule(topic, table)  # as a poll batch that touched it does
+    deadline = service.schedule.deadline(topic)
+    assert deadline is not None and 0 < deadline - time.monotonic() <= 0.5
+    assert len(service.schedule) == 1  # the idle tables have nothing due
+    assert table.files.latest() is None
+    give_up = time.monotonic() + 30
+    while table.files.latest() is None:
+        assert time.monotonic() < give_up, "no key frame T seconds after the commit"
+        service._poll(consumer)  # type: ignore[arg-type]
+    assert table.files.latest() is not None and table.files.latest()[0] == 0  # type: ignore[index]
+    assert service.schedule.deadline(topic) is None
