@@ -68,8 +68,8 @@ class RedisSentinel:
         """Move every sentinel; whether Redis still holds everything written before this check
         (True also on the first check, and on the first after a failure: nothing to judge)."""
         written, self._written = self._written, {}
-        keys = list(written) or self._keys()
         with self._store.guarded("sentinel check"):
+            keys = list(written) or self._keys()
             pipe: Any = self._store.client.pipeline(transaction=False)
             for key in keys:  # GET then SET rather than SET … GET (Redis ≥ 6.2): only we write it
                 pipe.get(key)

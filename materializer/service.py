@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -782,7 +782,7 @@ class Materializer:
             return
         try:
             intact = self._sentinel.check()
-        except (SegcatError, RedisError) as exc:
+        except (SegcatError, RedisError, RedisClusterException) as exc:  # Redis is a cache: back off
             self.gate.failed(exc, "(redis sentinel)")
             return
         self.gate.succeeded()
