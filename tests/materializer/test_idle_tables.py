@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from segcat.catalog.config import Config
 from segcat.catalog.protocol import codec
 from segcat.catalog.protocol.model import Commit, LogRecord, Operation
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
+from segcat.catalog.storage.redis import keys
 from segcat.catalog.storage.table_files import TableFiles
 from segcat.materializer import service as service_module
 from segcat.materializer.service import Materializer
@@ -211,3 +213,28 @@ def test_a_key_frame_is_cut_t_seconds_after_a_commit_by_the_schedule(
         service._poll(consumer)  # type: ignore[arg-type]
     assert table.files.latest() is not None and table.files.latest()[0] == 0  # type: ignore[index]
     assert service.schedule.deadline(topic) is None
+
+
+def test_after_redis_failed_every_table_checks_its_keys_once(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """A write that failed (in the key-frame writer thread, say) marks nothing the loop looks at:
+    the gate's failure count makes every table check its keys once Redis answers again."""
+    mconfig = materializer_config(config, private_redis.url, tmp_path / "warehouse")
+    client = redis.Redis.from_url(private_redis.url)
+    service, _ = _service(mconfig, 40, "gatefail")
+    consumer = IdleConsumer()
+    _settle(service, consumer)
+    service._tick(consumer)
+    lost = next(iter(service.tables.values())).name
+    assert client.delete(keys.head_key(lost)) == 1  # the write Redis never took
+    service.gate.failed(RedisConnectionError("connection reset"), lost.qualified)
+    service.gate._retry_at = 0.0  # the back-off has passed
+    service._tick(consumer)  # the sentinel answers as before, but Redis failed meanwhile
+    assert len(service.schedule) == 40
+    _settle(service, consumer)
+    assert client.exists(keys.head_key(lost))
+    client.config_resetstat()
+    service._tick(consumer)
+    service._poll(consumer)  # type: ignore[arg-type]
+    assert _commands(client) <= 2  # checked once: idle again
