@@ -159,15 +159,23 @@ class RedisGate:
         self._retry_at = 0.0
         self._error: tuple[str, str] | None = None
         self._throttle = Throttle(initial_s)
+        self.generation = 0
+        """Counts failures: a service that sees it move knows Redis may have lost writes."""
         metrics.REDIS_AVAILABLE.set(1)
 
     def open(self) -> bool:
         return self._clock() >= self._retry_at
 
+    @property
+    def retry_at(self) -> float:
+        """When the gate opens (the clock's time; in the past: open)."""
+        return self._retry_at
+
     def failed(self, exc: BaseException, table: str) -> None:
         cause = redis_cause(exc)
         now = self._clock()
         with self._lock:
+            self.generation += 1
             if now >= self._retry_at:  # the first failure of this round: wait longer
                 self._failures += 1
                 delay = backoff_delay(self._failures, self.initial_s, _REDIS_MAX_S[cause])

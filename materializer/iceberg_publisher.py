@@ -159,6 +159,15 @@ class IcebergPublisher(Publisher):
         if self._pointer_dirty and self._pointer is not None:
             self._send_pointer(self._pointer)
 
+    def due(self, image: TableImage) -> float | None:
+        """The retry after a failure, and a pointer Redis did not take (sent again at once)."""
+        deadlines = []
+        if self._behind and self._failed_at:
+            deadlines.append(self._failed_at + RETRY_AFTER_S)
+        if self._pointer_dirty and self._pointer is not None:
+            deadlines.append(time.monotonic())
+        return min(deadlines, default=None)
+
     # ------------------------------------------------------------------ loading
 
     def _loaded(self, delta: Loaded, image: TableImage) -> None:

@@ -116,6 +116,13 @@ class KeyframePublisher(Publisher):
         if not self.catching_up and self.keyframe_due(image) and image.at_version:
             self.write_keyframe(image)
 
+    def due(self, image: TableImage) -> float | None:
+        """T seconds after the first commit held for the next frame (live, at a version: a frame
+        is cut only right after an accepted commit; otherwise the next record decides)."""
+        if self.catching_up or not self._pending or not image.at_version:
+            return None
+        return self._pending_since + self._config.keyframe_every_seconds
+
     def _loaded(self, delta: Loaded, image: TableImage) -> None:
         self.files = delta.files
         self._sweep_temp_files()

@@ -119,7 +119,15 @@ class Publisher(Protocol):
         return None
 
     def tick(self, image: TableImage) -> None:
-        """About once a second: work that is due by time rather than by record."""
+        """Work that is due by time rather than by record: called once ``due`` has passed (and
+        whenever the loader is ticked for another publisher's sake)."""
+        return None
+
+    def due(self, image: TableImage) -> float | None:
+        """When ``tick`` next has work (a ``time.monotonic()`` value; None: nothing until the
+        next delta). Asked after every delta, flush and tick: the service ticks a table only
+        when one of its publishers is due, so an idle table costs nothing per tick. A publisher
+        that does not define it is ticked about once a second."""
         return None
 
     def close(self) -> None:

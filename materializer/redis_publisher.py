@@ -10,7 +10,8 @@ end of the backlog rebuilds Redis (or, when that frame comes later, a frame for 
 Redis is a cache that may vanish at any moment: trouble there (down, wrong password, an ACL
 without a permission) backs every table off through the service's ``RedisGate`` and marks the
 table's keys for a rebuild from the image; it never stops the table. ``tick`` notices a flushed
-or restarted Redis and rebuilds it.
+or restarted Redis that the service's sentinel check (``redis_sentinel``) reported, and rebuilds
+it; an idle table asks Redis nothing.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class RedisPublisher(Publisher):
         self._last: tuple[CommitDelta, bytes] | None = None
         """The newest accepted commit (announced when a catch-up ends on it)."""
         self.catching_up = False
+        self._suspect = False
+        """Redis may have lost this table's keys (it failed meanwhile): the next tick checks them."""
         frames.subscribe(self._offer)
 
     # ------------------------------------------------------------------ publishing
@@ -208,13 +211,34 @@ class RedisPublisher(Publisher):
             log.info("redis rebuild started", extra={"table": self._label, "version": image.version})
         return True
 
+    def suspect(self, *, lost: bool) -> None:
+        """The service found Redis lost what it held (``lost``: flushed, restarted, restored) or
+        may have (it failed for a while): rebuild, or check, this table's keys at its next tick.
+        Per table nothing is asked of Redis otherwise: an idle table costs no round trip."""
+        if lost:
+            self._dirty = True
+        else:
+            self._suspect = True
+
     def tick(self, image: TableImage) -> None:
-        self.check_redis(image)
+        if self._dirty or self._suspect:
+            self.check_redis(image)
+
+    def due(self, image: TableImage) -> float | None:
+        """Now when the keys are to be rebuilt or checked (once the gate opens); else nothing:
+        the service's sentinel check (``redis_sentinel``) notices a Redis that lost them."""
+        if self.catching_up or not (self._dirty or self._suspect):
+            return None  # a catch-up's end rebuilds the keys anyway
+        return max(time.monotonic(), self.gate.retry_at)
 
     def check_redis(self, image: TableImage) -> None:
         """Notice a flushed or restarted Redis (the head vanished or went back) and rebuild it."""
         if not self.gate.open() or self.catching_up or self._frames.busy:
             return  # (busy: a frame on its way may be what is missing)
+        if self._dirty:  # known to need the rebuild: nothing to ask first
+            self._suspect = False
+            self.resync(image, move_head=True)
+            return
         try:
             head = self.redis.head(self._table)
             # the version, not the frame: fetching a big table's frame every second cost a
@@ -223,6 +247,7 @@ class RedisPublisher(Publisher):
         except _REDIS_ERRORS as exc:
             self._failed(exc)
             return
+        self._suspect = False
         # reads answering proves little (an ACL may allow reads only): writes reopen the gate
         if (
             self._dirty

@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from redis.exceptions import RedisClusterException, RedisError
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import (
@@ -55,6 +56,8 @@ from segcat.materializer import endpoints, maintenance, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from segcat.materializer.frame_writer import FrameWriter
 from segcat.materializer.publisher import PublisherFactory
+from segcat.materializer.redis_sentinel import RedisSentinel
+from segcat.materializer.schedule import Schedule
 from segcat.materializer.table_materializer import TableMaterializer
 
 log = logging.getLogger("segcat.materializer")
@@ -66,6 +69,16 @@ _librdkafka_log.addFilter(ThrottleFilter())
 TOPIC_PATTERN = r"^segcat\..*"
 DEFAULT_GROUP = "segcat-materializer"
 TICK_SECONDS = 1.0
+"""How often the service-wide periodic work runs (the Redis sentinel, tables created anew, the
+back-off resets); a table's own periodic work runs when its deadline is due (``Schedule``), at
+most once per this long."""
+DUE_BUDGET_TABLES = 100
+DUE_BUDGET_S = 0.005
+"""One loop iteration ticks at most this many due tables, or for about this long, before it
+polls again: a burst of due tables (every table after Redis was flushed) is spread over
+iterations and never holds back the next records' notifications for long."""
+POLL_TIMEOUT_S = 0.2
+"""The longest a poll waits for records; shorter when a table's periodic work is due sooner."""
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 """Kafka's default is 45 s; the broker's floor (``group.min.session.timeout.ms``) is 6 s."""
 INSTANCE_ID_ENV = "SEGCAT_MATERIALIZER_INSTANCE_ID"
@@ -160,7 +173,14 @@ LAG_TIMEOUT_S = 2.0
 """How long a tick waits for the tables' log ends (the lag gauges) before leaving them as they are."""
 ID_CHECK_S = 5.0
 """How often the lag thread asks for the followed topics' ids (a topic created anew under a
-table's name is followed within about this long; readers never take its values meanwhile)."""
+table's name is followed within about this long per ``KAFKA_SLICE`` tables owned; readers never
+take its values meanwhile)."""
+KAFKA_SLICE = 1_000
+"""Tables per lag or topic-id request. Both requests cost in proportion to the tables asked
+about, in the broker and in this process (one future per partition), and ten thousand at once
+outlast ``LAG_TIMEOUT_S``. Each request asks about the next slice, round robin: a table's lag
+gauge is refreshed every ⌈tables / this⌉ ticks, its topic id checked every ⌈tables / this⌉ ×
+``ID_CHECK_S`` (docs/OPERATIONS.md, "Materializer periodic work")."""
 
 
 def check_pattern(pattern: str) -> str:
@@ -215,6 +235,12 @@ class Materializer:
         """The port the endpoints listen on once ``run`` started them (None: not served)."""
         self._consumer: Consumer | None = None
         self._catching_up: dict[str, int] = {}
+        """Tables with a backlog still to apply: the offset that ends it (dropped once it ended)."""
+        self.schedule: Schedule[str] = Schedule()
+        """When each table next needs its periodic work (``TableMaterializer.due``)."""
+        self._sentinel = None if self.redis is None else RedisSentinel(self.redis)
+        self._gate_seen = 0
+        """The ``RedisGate.generation`` the last sentinel check accounted for."""
         self._strikes: dict[str, int] = {}
         self._resumed_at: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -229,6 +255,9 @@ class Materializer:
         self._known_ids: dict[str, str | None] = {}
         """Topic ids asked for a whole assignment at once, each taken by its table's recovery."""
         self._ids_checked_at = 0.0
+        self._lag_cursor = 0
+        self._ids_cursor = 0
+        """Where the next lag / topic-id request's slice of the owned tables starts."""
         self._recreated: dict[str, str] = {}
         """Topics the lag thread found with another topic id than their table's image: the main
         loop recovers them (the topic was deleted and created again under the same name)."""
@@ -329,6 +358,7 @@ class Materializer:
         periodic work is followed."""
         with self._lock:
             self.tables[topic] = table
+        self.schedule.set(topic, time.monotonic())  # its first tick rebuilds its Redis keys
 
     def _table_removed(self, topic: str) -> tuple[TableMaterializer | None, Parked | None]:
         """A table left this instance (revoked or lost): forget everything kept for it; the
@@ -337,6 +367,7 @@ class Materializer:
             table = self.tables.pop(topic, None)
             parked = self.parked.pop(topic, None)
         self._catching_up.pop(topic, None)
+        self.schedule.cancel(topic)
         self._strikes.pop(topic, None)
         self._resumed_at.pop(topic, None)
         return table, parked
@@ -419,6 +450,7 @@ class Materializer:
             with self._lock:
                 self.parked.pop(topic, None)
             self._resumed_at[topic] = time.monotonic()
+            self.schedule.set(topic, self._resumed_at[topic])
             metrics.TABLE_PARKED.labels(parked.table).set(0)
             log.info(
                 "table resumed",
@@ -619,11 +651,22 @@ class Materializer:
         return facts
 
     def _poll(self, consumer: Consumer) -> None:
-        first = consumer.poll(0.2)
+        """Apply one batch of records, then tick the tables whose periodic work is due (within
+        the budget). Nothing here is O(tables followed): only the tables touched, still catching
+        up or due are looked at."""
+        now = time.monotonic()
+        next_due = self.schedule.next_deadline()
+        timeout = POLL_TIMEOUT_S if next_due is None else min(max(next_due - now, 0.0), POLL_TIMEOUT_S)
+        first = consumer.poll(timeout)
         self._last_poll = time.monotonic()
         if first is None:
             self._finish_catch_ups(consumer, idle=True)  # a backlog whose last offsets never came
-            return
+        else:
+            self._apply_batch(consumer, first)
+        if self._fatal is None:
+            self._run_due(consumer)
+
+    def _apply_batch(self, consumer: Consumer, first: Message) -> None:
         touched: dict[str, TableMaterializer] = {}
         done: dict[str, Message] = {}  # each table's last record applied: its offset is stored once
         for msg in [first, *consumer.consume(num_messages=1_000, timeout=0)]:
@@ -656,33 +699,104 @@ class Materializer:
                 table.flush()
             except Exception as exc:
                 self._park(consumer, topic, table, exc, offset=table.state.version)
+                continue
+            self._reschedule(topic, table)
         self._finish_catch_ups(consumer, idle=False)
+
+    def _reschedule(self, topic: str, table: TableMaterializer, *, not_before: float = 0.0) -> None:
+        """Keep the table's next tick at what it needs (never before ``not_before``); the
+        back-off reset of a table resumed after parking is ``_tick``'s."""
+        try:
+            due = table.due()
+        except Exception:  # asking must never stop the loop: look again in a while
+            log.debug("due time unavailable", extra={"table": table.name.qualified}, exc_info=True)
+            due = time.monotonic() + TICK_SECONDS
+        self.schedule.set(topic, None if due is None else max(due, not_before))
 
     def _finish_catch_ups(self, consumer: Consumer, *, idle: bool) -> None:
         """Tables done with the backlog found on assignment (or idle: nothing more to read)
-        write the key frame that ends their catch-up and publish from then on."""
-        for topic, table in list(self.tables.items()):
-            if not table.catching_up or topic in self.parked:
+        write the key frame that ends their catch-up and publish from then on. Only the tables
+        whose backlog has not ended yet are looked at; each leaves ``_catching_up`` when it ends."""
+        for topic, end in list(self._catching_up.items()):
+            table = self.tables.get(topic)
+            if table is None:
+                del self._catching_up[topic]
                 continue
-            if idle or table.state.version >= self._catching_up.get(topic, -1):
+            if topic in self.parked:
+                continue
+            reached = table.state.version >= end
+            if table.catching_up and (idle or reached):
                 try:
                     table.finish_catch_up()
                 except Exception as exc:
                     self._park(consumer, topic, table, exc, offset=table.state.version)
+                    continue
+                self._reschedule(topic, table)
+                reached = True  # (idle: the offsets before the end never came)
+            if reached:
+                del self._catching_up[topic]
+
+    def _run_due(self, consumer: Consumer) -> None:
+        """Tick the tables whose periodic work is due, earliest first, within the budget
+        (``DUE_BUDGET_TABLES`` / ``DUE_BUDGET_S``); the rest stay due for the next iteration.
+        A ticked table is next ticked when it says (``TableMaterializer.due``), and not again
+        within ``TICK_SECONDS``."""
+        started = time.monotonic()
+        for _ in range(DUE_BUDGET_TABLES):
+            now = time.monotonic()
+            if now - started >= DUE_BUDGET_S:
+                return
+            due = self.schedule.pop_due(now, 1)
+            if not due:
+                return
+            topic = due[0]
+            table = self.tables.get(topic)
+            if table is None or topic in self.parked:
+                continue  # its resumption schedules it again
+            try:
+                table.tick()
+            except Exception as exc:  # one table's trouble must not stop the others
+                self._park(consumer, topic, table, exc, offset=table.state.version)
+                continue
+            self._reschedule(topic, table, not_before=now + TICK_SECONDS)
 
     def _tick(self, consumer: Consumer) -> None:
+        """Once a second, the work of the whole service (each table's own runs in ``_run_due``):
+        tables created anew, one Redis round trip that tells whether Redis lost what it held,
+        and the back-off reset of the tables resumed a while ago."""
         now = time.monotonic()
         self._follow_recreated(consumer)
-        for topic, table in list(self.tables.items()):
+        self._check_redis()
+        for topic, resumed in list(self._resumed_at.items()):
+            if now - resumed < STRIKES_RESET_S:
+                continue
             if topic not in self.parked:
-                try:
-                    table.tick()
-                except Exception as exc:  # one table's trouble must not stop the others
-                    self._park(consumer, topic, table, exc, offset=table.state.version)
-                resumed = self._resumed_at.get(topic)
-                if topic not in self.parked and resumed is not None and now - resumed >= STRIKES_RESET_S:
-                    self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
-                    self._resumed_at.pop(topic, None)
+                self._strikes.pop(topic, None)  # healthy for a while: next failure waits 1 s again
+            self._resumed_at.pop(topic, None)
+
+    def _check_redis(self) -> None:
+        """The sentinel (``redis_sentinel``): when Redis lost what it held, or failed meanwhile
+        (the gate counted a failure: a write may be missing), every owned table rebuilds or
+        checks its keys, spread over the next iterations by ``_run_due``'s budget."""
+        if self._sentinel is None or not self.gate.open():
+            return
+        try:
+            intact = self._sentinel.check()
+        except (SegcatError, RedisError, RedisClusterException) as exc:  # Redis is a cache: back off
+            self.gate.failed(exc, "(redis sentinel)")
+            return
+        self.gate.succeeded()
+        generation = self.gate.generation
+        if intact and generation == self._gate_seen:
+            return
+        self._gate_seen = generation
+        now = time.monotonic()
+        with self._lock:
+            owned = list(self.tables.items())
+        for topic, table in owned:
+            if table.redis is not None:
+                table.redis.suspect(lost=not intact)
+                self.schedule.earliest(topic, now)
 
     def _follow_recreated(self, consumer: Consumer) -> None:
         """Tables whose topic was created anew (another topic id) while assigned here: recover
@@ -702,6 +816,8 @@ class Materializer:
                 consumer.seek(TopicPartition(topic, 0, offset))
             except Exception as exc:
                 self._park(consumer, topic, table, exc, offset=None, stage="recover")
+                continue
+            self.schedule.set(topic, time.monotonic())
 
     def _lag_loop(self) -> None:
         """The lag gauges, once a tick, in a thread of their own: a slow or unanswered request
@@ -713,7 +829,8 @@ class Materializer:
                 log.warning("lag measurement failed", extra={"error": repr(exc)})
 
     def _measure_lag(self) -> None:
-        """Every followed table's log end in one ListOffsets request (the lag gauges).
+        """The log ends of the next ``KAFKA_SLICE`` followed tables in one ListOffsets request (the
+        lag gauges); with more tables than that, the gauges are refreshed slice by slice.
 
         A request that succeeds is also what clears ``brokers_down`` in the health answer: with no
         table assigned a metadata request stands in for it, or the flag would stay set forever.
@@ -723,9 +840,10 @@ class Materializer:
         the commits arriving meanwhile, would wait that long for every table followed.
         """
         with self._lock:
-            tables = list(self.tables.values())
-        if tables:
-            self._check_topic_ids(tables)
+            owned = list(self.tables.values())
+        if owned:
+            self._check_topic_ids(owned)
+        tables, self._lag_cursor = _next_slice(owned, self._lag_cursor)
         try:
             if tables:
                 ends = self._topic_admin().log_ends([table.name for table in tables])
@@ -745,20 +863,22 @@ class Materializer:
             if high >= 0:
                 metrics.LAG.labels(table.name.qualified).set(max(high - 1 - table.state.version, 0))
 
-    def _check_topic_ids(self, tables: list[TableMaterializer]) -> None:
-        """Every ``ID_CHECK_S``, each followed table's topic id in one request: a table whose topic
-        was deleted and created again while assigned here is handed to the main loop to recover
-        (``_follow_recreated``). A check that fails waits for the next one (said at INFO: the lag
-        gauges already report an unreachable Kafka)."""
+    def _check_topic_ids(self, owned: list[TableMaterializer]) -> None:
+        """Every ``ID_CHECK_S``, the topic ids of the next ``KAFKA_SLICE`` followed tables in one
+        request: a table whose topic was deleted and created again while assigned here is handed
+        to the main loop to recover (``_follow_recreated``). A check that fails waits for the next
+        one (said at INFO: the lag gauges already report an unreachable Kafka)."""
         now = time.monotonic()
         if now - self._ids_checked_at < ID_CHECK_S:
             return
         self._ids_checked_at = now
+        tables, next_cursor = _next_slice(owned, self._ids_cursor)
         try:
             ids = self._topic_admin().topic_ids([table.name for table in tables])
         except SegcatError as exc:
             log.info("topic ids unavailable", extra={"error": str(exc)})
             return
+        self._ids_cursor = next_cursor
         recreated = {
             t.name.topic: found
             for t in tables
@@ -772,6 +892,17 @@ class Materializer:
         if self._admin is None:  # a short timeout: the tick must not hang while brokers are away
             self._admin = TopicAdmin(dataclasses.replace(self.config, request_timeout_s=LAG_TIMEOUT_S))
         return self._admin
+
+
+def _next_slice(owned: list[TableMaterializer], cursor: int) -> tuple[list[TableMaterializer], int]:
+    """The ``KAFKA_SLICE`` tables from ``cursor`` on (wrapping around), and the next cursor."""
+    if len(owned) <= KAFKA_SLICE:
+        return owned, 0
+    start = cursor % len(owned)
+    chosen = owned[start : start + KAFKA_SLICE]
+    if len(chosen) < KAFKA_SLICE:
+        chosen += owned[: KAFKA_SLICE - len(chosen)]
+    return chosen, (start + KAFKA_SLICE) % len(owned)
 
 
 def install_signal_handlers(service: Materializer) -> None:

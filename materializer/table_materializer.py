@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
+from typing import Any
 
 from segcat.catalog.config import Config
 from segcat.catalog.errors import ArchiveGap, CorruptArchive
@@ -56,6 +57,12 @@ from segcat.materializer.publisher import (
 from segcat.materializer.redis_publisher import RedisPublisher
 
 log = logging.getLogger("segcat.materializer")
+
+UNSCHEDULED_TICK_S = 1.0
+"""How often a publisher that does not say when it needs time (``due``) is ticked."""
+WRITE_RECHECK_S = 1.0
+"""While a table's key frame is being written in the background, how often a tick looks whether
+the write failed (a failure parks the table)."""
 
 
 class TableMaterializer:
@@ -106,8 +113,9 @@ class TableMaterializer:
         """Handed each delta last, once the round's key frame went to the writer (``_publish``)."""
         self.publishers: tuple[Publisher, ...] = (*built_in, *(make(name) for make in publishers))
         self._properties = MappingProxyType(dict(self.state.properties))
-        # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k)
-        self._m_records = {o: metrics.RECORDS.labels(self._label, o.value) for o in Outcome}
+        # prometheus children, looked up once (``labels()`` per record cost 1.2 s per 100k); the
+        # records counter's only for the outcomes seen: an idle table keeps no child per outcome
+        self._m_records: dict[Outcome, Any] = {}
         self._m_head = metrics.HEAD.labels(self._label)
         self._m_live = metrics.LIVE_SEGMENTS.labels(self._label)
 
@@ -228,7 +236,12 @@ class TableMaterializer:
         self.stage = "rules"
         applied = rules.apply_record(self.state, record)
         verdict, delta = applied.verdict, applied.delta
-        self._m_records[verdict.outcome].inc()
+        counter = self._m_records.get(verdict.outcome)
+        if counter is None:
+            counter = self._m_records[verdict.outcome] = metrics.RECORDS.labels(
+                self._label, verdict.outcome.value
+            )
+        counter.inc()
         commit = None
         if delta is not None and record.value is not None:
             commit = delta
@@ -306,7 +319,8 @@ class TableMaterializer:
             publisher.flush()
 
     def tick(self) -> None:
-        """Called periodically: work due by time (key frames after T seconds, Redis checks)."""
+        """Work due by time (key frames after T seconds, Redis rebuilds, retries): called once
+        ``due`` has passed."""
         self._raise_failure()
         self.flush()
         image = self.image()
@@ -318,6 +332,25 @@ class TableMaterializer:
             stage, self.stage = self.stage, self.iceberg.name
             self.iceberg.tick(image)
             self.stage = stage
+
+    def due(self) -> float | None:
+        """When ``tick`` next has work (``time.monotonic()``; None: nothing until a record): the
+        earliest of the publishers' ``due``; soon while a background write is queued (its failure
+        is raised by a tick) or has failed. A publisher without ``due`` is ticked every
+        ``UNSCHEDULED_TICK_S``."""
+        now = time.monotonic()
+        if self.frames.failure() is not None:
+            return now
+        image = self.image()
+        deadlines = [now + WRITE_RECHECK_S] if self.frames.busy else []
+        for publisher in self.publishers:
+            due = getattr(publisher, "due", None)
+            deadline = now + UNSCHEDULED_TICK_S if due is None else due(image)
+            if deadline is not None:
+                deadlines.append(deadline)
+        if self.iceberg is not None and (deadline := self.iceberg.due(image)) is not None:
+            deadlines.append(deadline)
+        return min(deadlines, default=None)
 
     def write_keyframe(self) -> None:
         """Cut a key frame of the image now (archiving the records since the last one)."""

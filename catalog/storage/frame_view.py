@@ -15,6 +15,7 @@ a full view of the same version (``Snapshot.segment_list``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -29,6 +30,17 @@ from segcat.catalog.storage import delta_arrow, keyframe
 from segcat.catalog.storage.delta_arrow import EncodedCommit
 from segcat.catalog.storage.keyframe import KeyFrame
 from segcat.catalog.storage.segments_arrow import AVRO_COLUMN, segments_table
+
+
+@functools.cache
+def _empty_rows(*, lean: bool) -> pa.Table:
+    """The rows of an image without segments or stats columns, built once: Arrow tables are
+    immutable, and a materializer following thousands of empty tables would otherwise keep a
+    schema's worth of Arrow objects for each."""
+    if lean:
+        return segments_table((), {})
+    return keyframe.segment_rows((), {})
+
 
 SLICE_FROM = 8
 """A full view cuts the segments' Avro out of a commit's record from this many added segments on:
@@ -70,7 +82,9 @@ class FrameView:
     @classmethod
     def from_state(cls, state: TableState, *, lean: bool = False) -> FrameView:
         """The view of an in-memory image; ``lean``: without ``segment_avro`` (nothing re-encoded)."""
-        if lean:
+        if not state.segments and not state.column_types:
+            rows = _empty_rows(lean=lean)
+        elif lean:
             rows = segments_table(state.segments.values(), state.stats_types())
         else:
             rows = keyframe.segment_rows(state.segments.values(), state.stats_types())
