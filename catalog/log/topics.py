@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -35,6 +36,10 @@ MIN_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 """Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+CREATE_BATCH = 500
+"""Topics per CreateTopics request: well under a KRaft controller's per-request partition limit
+(``max.request.partition.size.limit``, 2,000 by default), and a request a broker answers within
+the request timeout."""
 STALE_LEADER_CODES = frozenset(
     {
         KafkaError.FENCED_LEADER_EPOCH,
@@ -111,18 +116,7 @@ class TopicAdmin:
         try:
             future.result(timeout=self._timeout)
         except KafkaException as exc:
-            err = exc.args[0]
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TableAlreadyExists(f"table {name} already exists") from exc
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
-                raise InvalidTableName(
-                    f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
-                    "a table whose name differs only in those collides with an existing one)"
-                ) from exc
-            refusals.raise_refusal(exc, self._config, f"creating topic {name.topic}")
-            raise ServiceUnavailable(
-                f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
-            ) from exc
+            raise self._creation_error(name, exc) from exc
         # creation is acknowledged before every broker's metadata shows the topic: wait for it
         deadline = time.monotonic() + self._timeout
         try:
@@ -137,6 +131,121 @@ class TopicAdmin:
             with contextlib.suppress(SegcatError):
                 self.delete(name)  # created but never seen whole: no half-created table
             raise
+
+    def _creation_error(self, name: TableName, exc: KafkaException) -> SegcatError:
+        """The typed error of a topic creation Kafka refused."""
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return TableAlreadyExists(f"table {name} already exists")
+        if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
+            return InvalidTableName(
+                f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
+                "a table whose name differs only in those collides with an existing one)"
+            )
+        try:
+            refusals.raise_refusal(exc, self._config, f"creating topic {name.topic}")
+        except SegcatError as refused:
+            return refused
+        return ServiceUnavailable(
+            f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
+        )
+
+    def create_many(
+        self, names: Sequence[TableName], *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> dict[TableName, TopicInfo | SegcatError]:
+        """Create the topics of ``names`` in one CreateTopics request (``CREATE_BATCH`` at most)
+        and describe them in one DescribeTopics and one DescribeConfigs request once the
+        cluster's metadata shows them all; each name's ``TopicInfo``, or the typed error of its
+        refusal. A topic created but not seen whole within the request timeout is deleted again
+        (its error is ``TableNotFound``), as ``create`` does for one."""
+        check_max_message_bytes(max_message_bytes)
+        if not 0 < len(names) <= CREATE_BATCH:
+            raise InvalidArgument(f"create_many takes 1 to {CREATE_BATCH} names, not {len(names)}")
+        settings = topic_settings(self._config, max_message_bytes)
+        topics = [
+            NewTopic(
+                n.topic, num_partitions=1, replication_factor=self._config.replication_factor, config=settings
+            )
+            for n in names
+        ]
+        try:
+            futures = self._admin.create_topics(topics, request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._unanswered(exc, f"creating {len(names)} topics")
+        results: dict[TableName, TopicInfo | SegcatError] = {}
+        created: list[TableName] = []
+        for name in names:
+            try:
+                futures[name.topic].result(timeout=self._timeout)
+            except KafkaException as exc:
+                results[name] = self._creation_error(name, exc)
+                continue
+            except concurrent.futures.TimeoutError:
+                results[name] = ServiceUnavailable(
+                    f"Kafka at {self._config.bootstrap_servers} did not answer the creation of {name.topic} "
+                    f"within {self._timeout:g} s; {unreachable_hint(self._config)}"
+                )
+                continue
+            created.append(name)
+        try:
+            results.update(self._describe_created(created))
+        except BaseException:
+            self.delete_many(created)  # never seen whole: no half-created table
+            raise
+        unseen = [name for name in created if isinstance(results[name], SegcatError)]
+        for name, failed in self.delete_many(unseen).items():
+            if failed is not None:
+                results[name] = failed
+        return {name: results[name] for name in names}
+
+    def _describe_created(self, names: list[TableName]) -> dict[TableName, TopicInfo | SegcatError]:
+        """Just created topics once the metadata shows them: layout, id and config, in one
+        DescribeTopics request per look and one DescribeConfigs request."""
+        if not names:
+            return {}
+        deadline = time.monotonic() + self._timeout
+        seen: dict[TableName, tuple[int, str | None]] = {}
+        while True:
+            found = self._describe_topics(
+                [n for n in names if n not in seen], f"describing {len(names)} new topics"
+            )
+            seen.update({name: described for name, described in found.items() if described is not None})
+            if len(seen) == len(names) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        results: dict[TableName, TopicInfo | SegcatError] = {
+            name: TableNotFound(
+                f"topic {name.topic} was created but the cluster's metadata did not show it within "
+                f"{self._timeout:g} s"
+            )
+            for name in names
+            if name not in seen
+        }
+        resources = {name: ConfigResource("topic", name.topic) for name in seen}
+        try:
+            futures = self._admin.describe_configs(list(resources.values()), request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._unanswered(exc, f"reading the config of {len(resources)} new topics")
+        for name, resource in resources.items():
+            try:
+                entries = futures[resource].result(timeout=self._timeout)
+            except (KafkaException, concurrent.futures.TimeoutError) as exc:
+                results[name] = ServiceUnavailable(f"cannot read the config of new topic {name.topic}: {exc}")
+                continue
+            config = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+            partitions, topic_id = seen[name]
+            max_bytes = int(config.get("max.message.bytes", 1_048_588))
+            results[name] = TopicInfo(name, partitions, max_bytes, config, topic_id)
+        return results
+
+    def existing(self, names: Sequence[TableName]) -> list[TableName]:
+        """Those of ``names`` whose topics exist, in DescribeTopics requests of ``CREATE_BATCH``."""
+        found: list[TableName] = []
+        for start in range(0, len(names), CREATE_BATCH):
+            chunk = list(names[start : start + CREATE_BATCH])
+            described = self._describe_topics(chunk, f"looking up {len(chunk)} table topics")
+            found.extend(name for name in chunk if described.get(name) is not None)
+        return found
 
     def describe(self, name: TableName) -> TopicInfo:
         """The topic's layout and id; raises if it breaks docs/PROTOCOL.md §1 (partitions,
@@ -301,6 +410,30 @@ class TopicAdmin:
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"deleting topic {name.topic}")
             raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
+
+    def delete_many(self, names: Sequence[TableName]) -> dict[TableName, SegcatError | None]:
+        """Delete the topics of ``names`` in one DeleteTopics request; each name's typed error
+        (None: deleted, or already gone)."""
+        if not names:
+            return {}
+        try:
+            futures = self._admin.delete_topics([n.topic for n in names], request_timeout=self._timeout)
+        except KafkaException as exc:
+            return {name: ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") for name in names}
+        results: dict[TableName, SegcatError | None] = {}
+        for name in names:
+            try:
+                futures[name.topic].result(timeout=self._timeout)
+                results[name] = None
+            except KafkaException as exc:
+                err = refusals.kafka_error(exc)
+                gone = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                results[name] = (
+                    None if gone else ServiceUnavailable(f"could not delete topic {name.topic}: {exc}")
+                )
+            except concurrent.futures.TimeoutError as exc:
+                results[name] = ServiceUnavailable(f"could not delete topic {name.topic}: no answer ({exc})")
+        return results
 
     def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
         try:
