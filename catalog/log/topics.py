@@ -188,7 +188,7 @@ class TopicAdmin:
                 continue
             created.append(name)
         try:
-            results.update(self._describe_created(created))
+            results.update(self._describe_created(created, settings, max_message_bytes))
         except BaseException:
             self.delete_many(created)  # never seen whole: no half-created table
             raise
@@ -198,9 +198,15 @@ class TopicAdmin:
                 results[name] = failed
         return {name: results[name] for name in names}
 
-    def _describe_created(self, names: list[TableName]) -> dict[TableName, TopicInfo | SegcatError]:
-        """Just created topics once the metadata shows them: layout, id and config, in one
-        DescribeTopics request per look and one DescribeConfigs request."""
+    def _describe_created(
+        self, names: list[TableName], config: dict[str, str], max_message_bytes: int
+    ) -> dict[TableName, TopicInfo | SegcatError]:
+        """Just created topics once they can take records: their ids once the metadata shows
+        them (one DescribeTopics request per look), then until their leader answers for them
+        (one ListOffsets request per look). A broker lists a new partition's leader before that
+        leader has taken the partition on, and a record sent in between is refused as "not
+        leader" and retried only after the producer's backoff: waiting here lets a whole batch
+        of creation records go out at once. ``config`` is what the topics were created with."""
         if not names:
             return {}
         deadline = time.monotonic() + self._timeout
@@ -212,31 +218,42 @@ class TopicAdmin:
             seen.update({name: described for name, described in found.items() if described is not None})
             if len(seen) == len(names) or time.monotonic() > deadline:
                 break
-            time.sleep(0.05)
-        results: dict[TableName, TopicInfo | SegcatError] = {
-            name: TableNotFound(
-                f"topic {name.topic} was created but the cluster's metadata did not show it within "
-                f"{self._timeout:g} s"
-            )
-            for name in names
-            if name not in seen
-        }
-        resources = {name: ConfigResource("topic", name.topic) for name in seen}
-        try:
-            futures = self._admin.describe_configs(list(resources.values()), request_timeout=self._timeout)
-        except KafkaException as exc:
-            self._unanswered(exc, f"reading the config of {len(resources)} new topics")
-        for name, resource in resources.items():
-            try:
-                entries = futures[resource].result(timeout=self._timeout)
-            except (KafkaException, concurrent.futures.TimeoutError) as exc:
-                results[name] = ServiceUnavailable(f"cannot read the config of new topic {name.topic}: {exc}")
-                continue
-            config = {key: entry.value for key, entry in entries.items() if entry.value is not None}
-            partitions, topic_id = seen[name]
-            max_bytes = int(config.get("max.message.bytes", 1_048_588))
-            results[name] = TopicInfo(name, partitions, max_bytes, config, topic_id)
+            time.sleep(0.02)
+        ready: set[TableName] = set()
+        while len(ready) < len(seen) and time.monotonic() <= deadline:
+            ready |= self._led([name for name in seen if name not in ready])
+            if len(ready) < len(seen):
+                time.sleep(0.02)
+        results: dict[TableName, TopicInfo | SegcatError] = {}
+        for name in names:
+            if name not in seen:
+                results[name] = TableNotFound(
+                    f"topic {name.topic} was created but the cluster's metadata did not show it within "
+                    f"{self._timeout:g} s"
+                )
+            elif name not in ready:
+                results[name] = ServiceUnavailable(
+                    f"topic {name.topic} was created but its leader did not take it on within "
+                    f"{self._timeout:g} s"
+                )
+            else:
+                partitions, topic_id = seen[name]
+                results[name] = TopicInfo(name, partitions, max_message_bytes, dict(config), topic_id)
         return results
+
+    def _led(self, names: list[TableName]) -> set[TableName]:
+        """Those of ``names`` whose partition's leader answers ListOffsets for it (one request)."""
+        wanted = {TopicPartition(name.topic, 0): OffsetSpec.latest() for name in names}  # type: ignore[no-untyped-call]
+        try:
+            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._unanswered(exc, f"asking the leaders of {len(names)} new topics")
+        answered: set[str] = set()
+        for tp, future in futures.items():
+            with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
+                future.result(timeout=self._timeout)
+                answered.add(tp.topic)
+        return {name for name in names if name.topic in answered}
 
     def existing(self, names: Sequence[TableName]) -> list[TableName]:
         """Those of ``names`` whose topics exist, in DescribeTopics requests of ``CREATE_BATCH``."""
