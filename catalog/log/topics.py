@@ -258,8 +258,9 @@ class TopicAdmin:
     def existing(self, names: Sequence[TableName]) -> list[TableName]:
         """Those of ``names`` whose topics exist, in DescribeTopics requests of ``CREATE_BATCH``."""
         found: list[TableName] = []
-        for start in range(0, len(names), CREATE_BATCH):
-            chunk = list(names[start : start + CREATE_BATCH])
+        unique = list(dict.fromkeys(names))
+        for start in range(0, len(unique), CREATE_BATCH):
+            chunk = unique[start : start + CREATE_BATCH]
             described = self._describe_topics(chunk, f"looking up {len(chunk)} table topics")
             found.extend(name for name in chunk if described.get(name) is not None)
         return found

@@ -131,7 +131,8 @@ def create_tables(
     if existing and not exist_ok:
         raise TableAlreadyExists(
             f"{_listed(existing)} already exist{'s' if len(existing) == 1 else ''}; nothing was created "
-            "(exist_ok=True creates the others and returns the existing ones as they are)"
+            "(with exist_ok=True, --exist-ok on the command line, the others are created and the existing "
+            "ones left as they are)"
         )
     for name in existing:
         found[name] = tables.open(name)  # refuses a misconfigured topic before anything is created
@@ -220,8 +221,8 @@ def _raise_first(
     first = next(failed[name] for name in batch if name in failed)
     missing = [name for name in parsed if name not in found]
     note = (
-        f"{len(found)} of {len(parsed)} tables exist now; not created: {_listed(missing)} "
-        "(create_tables with exist_ok=True and the same names finishes the job)"
+        f"this call made or found {len(found)} of {len(parsed)} tables; not made: {_listed(missing)} "
+        "(the same names again with exist_ok=True, --exist-ok on the command line, finish the job)"
     )
     first.args = (f"{first} ({note})", *first.args[1:])
     raise first
