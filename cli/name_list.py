@@ -27,7 +27,9 @@ def read_names(stream: IO[str], source: str) -> list[str]:
         try:
             line = stream.readline(MAX_LINE + 1)
         except UnicodeDecodeError as exc:
-            raise click.BadParameter(f"{source}: line {number} is not UTF-8 text ({exc.reason})") from exc
+            raise click.BadParameter(
+                f"{source}: not UTF-8 text ({exc.reason}), at line {number} or after"
+            ) from exc
         if not line:
             return names
         if len(line) > MAX_LINE and not line.endswith("\n"):
