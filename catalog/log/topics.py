@@ -428,6 +428,20 @@ class TopicAdmin:
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"deleting topic {name.topic}")
             raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
+        self._wait_gone([name])
+
+    def _wait_gone(self, names: list[TableName]) -> None:
+        """Until the metadata no longer shows the deleted topics (bounded by the request timeout):
+        deletion, like creation, is acknowledged before the brokers' metadata says so, and a
+        creation of the same name in between would be refused as "already exists"."""
+        deadline = time.monotonic() + self._timeout
+        left = list(names)
+        while left and time.monotonic() <= deadline:
+            with contextlib.suppress(SegcatError):  # acknowledged: what lingers is only metadata
+                found = self._describe_topics(left, f"looking for {len(left)} deleted topics")
+                left = [name for name in left if found.get(name) is not None]
+            if left:
+                time.sleep(0.02)
 
     def delete_many(self, names: Sequence[TableName]) -> dict[TableName, SegcatError | None]:
         """Delete the topics of ``names`` in one DeleteTopics request; each name's typed error
@@ -451,6 +465,7 @@ class TopicAdmin:
                 )
             except concurrent.futures.TimeoutError as exc:
                 results[name] = ServiceUnavailable(f"could not delete topic {name.topic}: no answer ({exc})")
+        self._wait_gone([name for name, failed in results.items() if failed is None])
         return results
 
     def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
