@@ -174,23 +174,23 @@ class TopicAdmin:
             self._unanswered(exc, f"creating {len(names)} topics")
         results: dict[TableName, TopicInfo | SegcatError] = {}
         created: list[TableName] = []
-        for name in names:
-            try:
-                futures[name.topic].result(timeout=self._timeout)
-            except KafkaException as exc:
-                results[name] = self._creation_error(name, exc)
-                continue
-            except concurrent.futures.TimeoutError:
-                results[name] = ServiceUnavailable(
-                    f"Kafka at {self._config.bootstrap_servers} did not answer the creation of {name.topic} "
-                    f"within {self._timeout:g} s; {unreachable_hint(self._config)}"
-                )
-                continue
-            created.append(name)
         try:
+            for name in names:
+                try:
+                    futures[name.topic].result(timeout=self._timeout)
+                except KafkaException as exc:
+                    results[name] = self._creation_error(name, exc)
+                    continue
+                except concurrent.futures.TimeoutError:
+                    results[name] = ServiceUnavailable(
+                        f"Kafka at {self._config.bootstrap_servers} did not answer the creation of "
+                        f"{name.topic} within {self._timeout:g} s; {unreachable_hint(self._config)}"
+                    )
+                    continue
+                created.append(name)
             results.update(self._describe_created(created, settings, max_message_bytes))
-        except BaseException:
-            self.delete_many(created)  # never seen whole: no half-created table
+        except BaseException:  # interrupted too: the topics known to be ours are deleted again
+            self.delete_many(created)
             raise
         unseen = [name for name in created if isinstance(results[name], SegcatError)]
         for name, failed in self.delete_many(unseen).items():

@@ -254,3 +254,17 @@ def test_consecutive_creations_share_one_producer_opened_before_the_topic(
         assert len(built) == 1
         assert isinstance(tables.producer, SharedProducer)
         assert reader_of(catalog.load_table(f"{ns}.t2")).log_end() == 0
+
+
+def test_a_topic_kafka_refuses_in_a_batch_keeps_the_others(catalog: Catalog) -> None:
+    """No mock: Kafka refuses one topic of the batch (it collides with an existing table's), the
+    others are made whole, and the error names the one not made."""
+    ns = _namespace()
+    catalog.create_table(f"{ns}_x.t")
+    names = [f"{ns}.a", f"{ns}.x_t", f"{ns}.b"]
+    with pytest.raises(
+        InvalidTableName, match=rf"collides.*made or found 2 of 3 tables; not made: table {ns}\.x_t"
+    ):
+        catalog.create_tables(names)
+    assert [catalog.load_table(n).head_offset() for n in (names[0], names[2])] == [0, 0]
+    assert not catalog.table_exists(names[1])
