@@ -15,8 +15,9 @@ allows: each topic's own ``max.message.bytes`` is what limits a record (the writ
 before sending; the broker refuses a larger record with ``CommitTooLarge``).
 
 **Lifetime.** Holders (a catalog, a table's ``Writer``, one administration write) ``acquire`` the
-producer of their config and ``release`` it; the client opens on the first record and is
-flushed and closed when the last holder releases it. A record's delivery report may be served
+producer of their config and ``release`` it; the client opens on the first record (or on
+``start``, which a table's creation calls ahead of its topic) and is flushed and closed when
+the last holder releases it. A record's delivery report may be served
 by any thread polling the client: callbacks only hand the report to the record's owner.
 
 **A fatal error** (librdkafka's, e.g. a principal that may not get a producer id) retires the
@@ -30,7 +31,6 @@ import contextlib
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -328,13 +328,6 @@ def _key(config: Config) -> _Key:
     kafka = tuple(sorted((k, str(v)) for k, v in config.kafka.items()))
     origins = tuple(sorted(config.kafka_origins.items()))
     return os.getpid(), config.bootstrap_servers, config.request_timeout_s, kafka, origins
-
-
-def hold_producer(owner: object, config: Config) -> weakref.finalize[[], object]:
-    """Hold the producer of ``config`` as long as ``owner`` lives, or until the returned
-    finalizer is called (an owner's ``close``): a catalog keeps one client for all its tables."""
-    shared = SharedProducer.acquire(config)
-    return weakref.finalize(owner, shared.release)
 
 
 def write_commit(
