@@ -37,9 +37,10 @@ MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 """Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
 CREATE_BATCH = 500
-"""Topics per CreateTopics request: well under a KRaft controller's per-request partition limit
-(``max.request.partition.size.limit``, 2,000 by default), and a request a broker answers within
-the request timeout."""
+"""Topics per CreateTopics request: well under the 1,111 one request can carry with this
+configuration (a KRaft controller takes at most 10,000 records in one batch, and a topic with
+six settings is nine; a larger request is refused as a policy violation, docs/OPERATIONS.md),
+and a request a controller answers within the request timeout."""
 STALE_LEADER_CODES = frozenset(
     {
         KafkaError.FENCED_LEADER_EPOCH,
