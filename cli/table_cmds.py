@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from typing import IO
+
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from segcat import load_catalog
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, MAX_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import table_name
+from segcat.cli.name_list import read_names
 from segcat.cli.params import Integer
 
 console = Console()
+SHOWN = 10
+"""How many names the summary of a many-table command spells out."""
 
 MESSAGE_BYTES = Integer(
     MIN_MAX_MESSAGE_BYTES,
@@ -28,18 +34,64 @@ def table() -> None:
 
 
 @table.command("create")
-@click.argument("name")
+@click.argument("names", nargs=-1, metavar="NAME...")
+@click.option(
+    "--from-file",
+    "from_file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Also create the tables this file names, one a line ('-': stdin; '#' starts a comment).",
+)
 @click.option(
     "--max-message-bytes",
     type=MESSAGE_BYTES,
     default=DEFAULT_MAX_MESSAGE_BYTES,
     show_default=True,
-    help="The largest commit the table accepts (64 KiB to 2 GiB).",
+    help="The largest commit the tables accept (64 KiB to 2 GiB).",
 )
-def create(name: str, max_message_bytes: int) -> None:
-    """Create table NAME ('<namespace>.<table>')."""
-    created = load_catalog().create_table(name, max_message_bytes=max_message_bytes)
-    console.print(f"created [bold]{created.name}[/] (topic {created.name.topic})")
+@click.option("--exist-ok", is_flag=True, help="Leave tables that exist already as they are (no error).")
+def create(names: tuple[str, ...], from_file: IO[str] | None, max_message_bytes: int, exist_ok: bool) -> None:
+    """Create the tables NAME... ('<namespace>.<table>').
+
+    Every name is checked before anything is created; many tables are created in batches (one
+    Kafka request per 500 topics). A table exists whole or not at all: when a batch fails, the
+    tables not created are named, and the same command with --exist-ok finishes the job.
+    """
+    wanted = list(names)
+    if from_file is not None:
+        wanted += read_names(
+            from_file, "--from-file " + ("stdin" if from_file.name == "<stdin>" else from_file.name)
+        )
+    if not wanted:
+        raise click.UsageError("name at least one table ('<namespace>.<table>'), or give --from-file")
+    catalog = load_catalog()
+    if len(wanted) == 1 and not exist_ok:
+        created = catalog.create_table(wanted[0], max_message_bytes=max_message_bytes)
+        console.print(f"created [bold]{created.name}[/] (topic {created.name.topic})")
+        return
+    bar_console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("creating tables"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=bar_console,
+        transient=True,
+        disable=not bar_console.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("create", total=len(wanted))
+        tables = catalog.create_tables(
+            wanted,
+            max_message_bytes=max_message_bytes,
+            exist_ok=exist_ok,
+            progress=lambda done: progress.update(task, completed=done),
+        )
+    shown = ", ".join(str(t.name) for t in tables[:SHOWN]) + (
+        f" and {len(tables) - SHOWN:,} more" if len(tables) > SHOWN else ""
+    )
+    verb = "ready (created, or there already)" if exist_ok else "created"
+    console.print(f"{len(tables):,} table{'s' if len(tables) != 1 else ''} {verb}: {escape(shown)}")
 
 
 @table.command("list")

@@ -1,6 +1,7 @@
 """``load_catalog()`` and ``Catalog``: the tables of one segcat deployment, by name.
 
-A catalog is the front door, as pyiceberg's: ``catalog.create_table``, ``load_table``,
+A catalog is the front door, as pyiceberg's: ``catalog.create_table`` (``create_tables`` for
+many at once), ``load_table``,
 ``list_tables``, ``drop_table`` / ``undrop_table`` / ``purge_table``. It holds the clients
 every table it opens shares — one Kafka admin client (made on first use), one Redis store and
 one object store — and closes the tables it opened when it is closed.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -94,6 +96,50 @@ class Catalog:
             writer_id,
             max_in_flight,
         )
+
+    def create_tables(
+        self,
+        names: Sequence[str | TableName],
+        *,
+        location_root: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        exist_ok: bool = False,
+        progress: Callable[[int], None] | None = None,
+        writer_id: str | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    ) -> list[Table]:
+        """Create the tables ``names`` and return their handles, in the order of ``names``.
+
+        Each table is made as ``create_table`` makes one, in batches: one CreateTopics request
+        per batch of up to 500 topics, then the batch's creation records written through the
+        catalog's one producer together. ``location_root``: the tables' data lives under
+        ``<location_root>/<namespace>/<table>`` (default: the warehouse). ``progress`` is
+        called with the number of tables done so far, after each batch.
+
+        Before anything is created every name is checked: a bad name is ``InvalidTableName``
+        naming it, a name given twice (or two names Kafka cannot tell apart, as ``a_b.c`` and
+        ``a.b_c``) ``InvalidArgument``, and names that exist already ``TableAlreadyExists``
+        naming them — unless ``exist_ok``: then those tables are left as they are and their
+        handles returned (``CREATE TABLE IF NOT EXISTS``, name by name).
+
+        A table is created whole or not at all: one whose creation fails leaves no topic
+        behind. When a batch fails partway (the broker refuses a topic, a record is not
+        delivered), the tables of that batch that were made are kept, the others' topics are
+        deleted again, no later batch is tried, and the first failure's typed error is raised,
+        naming the tables not created: the same call with ``exist_ok=True`` finishes the job.
+        """
+        self._check_open()
+        check_writer_options(writer_id, max_in_flight)
+        if progress is not None and not callable(progress):
+            raise InvalidArgument(f"progress is a callable taking the count done, not {progress!r}")
+        readers = self._tables.create_tables(
+            names,
+            max_message_bytes=max_message_bytes,
+            location_root=location_root,
+            exist_ok=exist_ok,
+            progress=progress,
+        )
+        return [self._handle(reader, writer_id, max_in_flight) for reader in readers]
 
     def load_table(
         self,

@@ -15,8 +15,9 @@ allows: each topic's own ``max.message.bytes`` is what limits a record (the writ
 before sending; the broker refuses a larger record with ``CommitTooLarge``).
 
 **Lifetime.** Holders (a catalog, a table's ``Writer``, one administration write) ``acquire`` the
-producer of their config and ``release`` it; the client opens on the first record and is
-flushed and closed when the last holder releases it. A record's delivery report may be served
+producer of their config and ``release`` it; the client opens on the first record (or on
+``start``, which a table's creation calls ahead of its topic) and is flushed and closed when
+the last holder releases it. A record's delivery report may be served
 by any thread polling the client: callbacks only hand the report to the record's owner.
 
 **A fatal error** (librdkafka's, e.g. a principal that may not get a producer id) retires the
@@ -30,14 +31,13 @@ import contextlib
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, Message, Producer
 
 from segcat.catalog.config import Config
-from segcat.catalog.errors import ServiceUnavailable
+from segcat.catalog.errors import SegcatError, ServiceUnavailable
 from segcat.catalog.log import refusals
 from segcat.catalog.log.clients import producer_config
 from segcat.catalog.log.write_errors import write_error
@@ -138,6 +138,19 @@ class SharedProducer:
 
     # ------------------------------------------------------------------ the client's calls
 
+    def start(self) -> None:
+        """Open the client now, ahead of its first record.
+
+        An idempotent producer needs a producer id before it sends anything, and librdkafka
+        asks for it when a metadata answer arrives or, failing that, on a fixed 500 ms retry
+        timer. A client whose first record is produced as it opens has that record's topic
+        queried over the bootstrap connection; the answer retires that connection before the
+        id is asked for, and the refresh the broker's own connection would make is skipped as
+        "already being requested": the id waits for the timer. Opened a few tens of
+        milliseconds ahead (while a topic is being created, say), the client's own metadata
+        answer arrives on the broker's connection and the id is asked for at once."""
+        self._current()
+
     def _current(self) -> Client:
         with self._lock:
             if self._client is not None and self._pid != os.getpid():
@@ -233,6 +246,19 @@ class SharedProducer:
     ) -> list[Delivery]:
         """Produce ``records`` (key, value; None is a null record) in order and wait for every
         delivery report; where each landed, or the typed error of the first that failed."""
+        landed: list[Delivery] = []
+        for outcome in self.write_each([(topic, key, value) for key, value in records], doing):
+            if isinstance(outcome, SegcatError):
+                raise outcome
+            landed.append(outcome)
+        return landed
+
+    def write_each(
+        self, records: Sequence[tuple[str, bytes, bytes | None]], doing: str
+    ) -> list[Delivery | SegcatError]:
+        """Produce ``records`` (topic, key, value) in order, pipelined, and wait for every delivery
+        report together; where each landed, or its own typed error (one topic's refusal does not
+        fail the others). Raises only when the client itself fails (stopped, queue stuck)."""
         config = self.config
         reports: list[tuple[KafkaError | None, Delivery | None] | None] = [None] * len(records)
         left = [len(records)]
@@ -259,7 +285,7 @@ class SharedProducer:
             return []
         deadline = time.monotonic() + config.request_timeout_s + 5
         try:
-            for index, (key, value) in enumerate(records):
+            for index, (topic, key, value) in enumerate(records):
                 while True:
                     try:
                         self.produce(topic, key=key, value=value, on_delivery=report(index))
@@ -275,15 +301,16 @@ class SharedProducer:
                 self.poll(POLL_S)
         except KafkaException as exc:
             raise write_error(exc, config, doing) from exc
-        landed: list[Delivery] = []
+        landed: list[Delivery | SegcatError] = []
         for entry in reports:
             assert entry is not None
             err, at = entry
             if at is None and err is None:
-                raise ServiceUnavailable(f"{doing}: the delivery report carries no offset")
-            if at is None:
-                raise write_error(self.cause(err), config, doing)
-            landed.append(at)
+                landed.append(ServiceUnavailable(f"{doing}: the delivery report carries no offset"))
+            elif at is None:
+                landed.append(write_error(self.cause(err), config, doing))
+            else:
+                landed.append(at)
         return landed
 
 
@@ -301,13 +328,6 @@ def _key(config: Config) -> _Key:
     kafka = tuple(sorted((k, str(v)) for k, v in config.kafka.items()))
     origins = tuple(sorted(config.kafka_origins.items()))
     return os.getpid(), config.bootstrap_servers, config.request_timeout_s, kafka, origins
-
-
-def hold_producer(owner: object, config: Config) -> weakref.finalize[[], object]:
-    """Hold the producer of ``config`` as long as ``owner`` lives, or until the returned
-    finalizer is called (an owner's ``close``): a catalog keeps one client for all its tables."""
-    shared = SharedProducer.acquire(config)
-    return weakref.finalize(owner, shared.release)
 
 
 def write_commit(

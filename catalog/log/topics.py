@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -35,6 +36,11 @@ MIN_MAX_MESSAGE_BYTES = 64 * 1024
 MAX_MAX_MESSAGE_BYTES = 2**31 - 1
 """Kafka's own limit (an int32)."""
 DEFAULT_MIN_COMPACTION_LAG_MS = 60 * 60 * 1000
+CREATE_BATCH = 500
+"""Topics per CreateTopics request: well under the 1,111 one request can carry with this
+configuration (a KRaft controller takes at most 10,000 records in one batch, and a topic with
+six settings is nine; a larger request is refused as a policy violation, docs/OPERATIONS.md),
+and a request a controller answers within the request timeout."""
 STALE_LEADER_CODES = frozenset(
     {
         KafkaError.FENCED_LEADER_EPOCH,
@@ -111,18 +117,7 @@ class TopicAdmin:
         try:
             future.result(timeout=self._timeout)
         except KafkaException as exc:
-            err = exc.args[0]
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                raise TableAlreadyExists(f"table {name} already exists") from exc
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
-                raise InvalidTableName(
-                    f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
-                    "a table whose name differs only in those collides with an existing one)"
-                ) from exc
-            refusals.raise_refusal(exc, self._config, f"creating topic {name.topic}")
-            raise ServiceUnavailable(
-                f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
-            ) from exc
+            raise self._creation_error(name, exc) from exc
         # creation is acknowledged before every broker's metadata shows the topic: wait for it
         deadline = time.monotonic() + self._timeout
         try:
@@ -137,6 +132,139 @@ class TopicAdmin:
             with contextlib.suppress(SegcatError):
                 self.delete(name)  # created but never seen whole: no half-created table
             raise
+
+    def _creation_error(self, name: TableName, exc: KafkaException) -> SegcatError:
+        """The typed error of a topic creation Kafka refused."""
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            return TableAlreadyExists(f"table {name} already exists")
+        if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_EXCEPTION:
+            return InvalidTableName(
+                f"Kafka refused topic {name.topic}: {err.str()} (Kafka treats '.' and '_' alike, so "
+                "a table whose name differs only in those collides with an existing one)"
+            )
+        try:
+            refusals.raise_refusal(exc, self._config, f"creating topic {name.topic}")
+        except SegcatError as refused:
+            return refused
+        return ServiceUnavailable(
+            f"could not create topic {name.topic}: {exc}; {unreachable_hint(self._config)}"
+        )
+
+    def create_many(
+        self, names: Sequence[TableName], *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> dict[TableName, TopicInfo | SegcatError]:
+        """Create the topics of ``names`` in one CreateTopics request (``CREATE_BATCH`` at most)
+        and describe them in one DescribeTopics and one DescribeConfigs request once the
+        cluster's metadata shows them all; each name's ``TopicInfo``, or the typed error of its
+        refusal. A topic created but not seen whole within the request timeout is deleted again
+        (its error is ``TableNotFound``), as ``create`` does for one."""
+        check_max_message_bytes(max_message_bytes)
+        if not 0 < len(names) <= CREATE_BATCH:
+            raise InvalidArgument(f"create_many takes 1 to {CREATE_BATCH} names, not {len(names)}")
+        settings = topic_settings(self._config, max_message_bytes)
+        topics = [
+            NewTopic(
+                n.topic, num_partitions=1, replication_factor=self._config.replication_factor, config=settings
+            )
+            for n in names
+        ]
+        try:
+            futures = self._admin.create_topics(topics, request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._unanswered(exc, f"creating {len(names)} topics")
+        results: dict[TableName, TopicInfo | SegcatError] = {}
+        created: list[TableName] = []
+        try:
+            for name in names:
+                try:
+                    futures[name.topic].result(timeout=self._timeout)
+                except KafkaException as exc:
+                    results[name] = self._creation_error(name, exc)
+                    continue
+                except concurrent.futures.TimeoutError:
+                    results[name] = ServiceUnavailable(
+                        f"Kafka at {self._config.bootstrap_servers} did not answer the creation of "
+                        f"{name.topic} within {self._timeout:g} s; {unreachable_hint(self._config)}"
+                    )
+                    continue
+                created.append(name)
+            results.update(self._describe_created(created, settings, max_message_bytes))
+        except BaseException:  # interrupted too: the topics known to be ours are deleted again
+            self.delete_many(created)
+            raise
+        unseen = [name for name in created if isinstance(results[name], SegcatError)]
+        for name, failed in self.delete_many(unseen).items():
+            if failed is not None:
+                results[name] = failed
+        return {name: results[name] for name in names}
+
+    def _describe_created(
+        self, names: list[TableName], config: dict[str, str], max_message_bytes: int
+    ) -> dict[TableName, TopicInfo | SegcatError]:
+        """Just created topics once they can take records: their ids once the metadata shows
+        them (one DescribeTopics request per look), then until their leader answers for them
+        (one ListOffsets request per look). A broker lists a new partition's leader before that
+        leader has taken the partition on, and a record sent in between is refused as "not
+        leader" and retried only after the producer's backoff: waiting here lets a whole batch
+        of creation records go out at once. ``config`` is what the topics were created with."""
+        if not names:
+            return {}
+        deadline = time.monotonic() + self._timeout
+        seen: dict[TableName, tuple[int, str | None]] = {}
+        while True:
+            found = self._describe_topics(
+                [n for n in names if n not in seen], f"describing {len(names)} new topics"
+            )
+            seen.update({name: described for name, described in found.items() if described is not None})
+            if len(seen) == len(names) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        ready: set[TableName] = set()
+        while len(ready) < len(seen) and time.monotonic() <= deadline:
+            ready |= self._led([name for name in seen if name not in ready])
+            if len(ready) < len(seen):
+                time.sleep(0.02)
+        results: dict[TableName, TopicInfo | SegcatError] = {}
+        for name in names:
+            if name not in seen:
+                results[name] = TableNotFound(
+                    f"topic {name.topic} was created but the cluster's metadata did not show it within "
+                    f"{self._timeout:g} s"
+                )
+            elif name not in ready:
+                results[name] = ServiceUnavailable(
+                    f"topic {name.topic} was created but its leader did not take it on within "
+                    f"{self._timeout:g} s"
+                )
+            else:
+                partitions, topic_id = seen[name]
+                results[name] = TopicInfo(name, partitions, max_message_bytes, dict(config), topic_id)
+        return results
+
+    def _led(self, names: list[TableName]) -> set[TableName]:
+        """Those of ``names`` whose partition's leader answers ListOffsets for it (one request)."""
+        wanted = {TopicPartition(name.topic, 0): OffsetSpec.latest() for name in names}  # type: ignore[no-untyped-call]
+        try:
+            futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+        except KafkaException as exc:
+            self._unanswered(exc, f"asking the leaders of {len(names)} new topics")
+        answered: set[str] = set()
+        for tp, future in futures.items():
+            with contextlib.suppress(KafkaException, concurrent.futures.TimeoutError):
+                future.result(timeout=self._timeout)
+                answered.add(tp.topic)
+        return {name for name in names if name.topic in answered}
+
+    def existing(self, names: Sequence[TableName]) -> list[TableName]:
+        """Those of ``names`` whose topics exist, in DescribeTopics requests of ``CREATE_BATCH``."""
+        found: list[TableName] = []
+        unique = list(dict.fromkeys(names))
+        for start in range(0, len(unique), CREATE_BATCH):
+            chunk = unique[start : start + CREATE_BATCH]
+            described = self._describe_topics(chunk, f"looking up {len(chunk)} table topics")
+            found.extend(name for name in chunk if described.get(name) is not None)
+        return found
 
     def describe(self, name: TableName) -> TopicInfo:
         """The topic's layout and id; raises if it breaks docs/PROTOCOL.md §1 (partitions,
@@ -301,6 +429,45 @@ class TopicAdmin:
         except KafkaException as exc:
             refusals.raise_refusal(exc, self._config, f"deleting topic {name.topic}")
             raise ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") from exc
+        self._wait_gone([name])
+
+    def _wait_gone(self, names: list[TableName]) -> None:
+        """Until the metadata no longer shows the deleted topics (bounded by the request timeout):
+        deletion, like creation, is acknowledged before the brokers' metadata says so, and a
+        creation of the same name in between would be refused as "already exists"."""
+        deadline = time.monotonic() + self._timeout
+        left = list(names)
+        while left and time.monotonic() <= deadline:
+            with contextlib.suppress(SegcatError):  # acknowledged: what lingers is only metadata
+                found = self._describe_topics(left, f"looking for {len(left)} deleted topics")
+                left = [name for name in left if found.get(name) is not None]
+            if left:
+                time.sleep(0.02)
+
+    def delete_many(self, names: Sequence[TableName]) -> dict[TableName, SegcatError | None]:
+        """Delete the topics of ``names`` in one DeleteTopics request; each name's typed error
+        (None: deleted, or already gone)."""
+        if not names:
+            return {}
+        try:
+            futures = self._admin.delete_topics([n.topic for n in names], request_timeout=self._timeout)
+        except KafkaException as exc:
+            return {name: ServiceUnavailable(f"could not delete topic {name.topic}: {exc}") for name in names}
+        results: dict[TableName, SegcatError | None] = {}
+        for name in names:
+            try:
+                futures[name.topic].result(timeout=self._timeout)
+                results[name] = None
+            except KafkaException as exc:
+                err = refusals.kafka_error(exc)
+                gone = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                results[name] = (
+                    None if gone else ServiceUnavailable(f"could not delete topic {name.topic}: {exc}")
+                )
+            except concurrent.futures.TimeoutError as exc:
+                results[name] = ServiceUnavailable(f"could not delete topic {name.topic}: no answer ({exc})")
+        self._wait_gone([name for name, failed in results.items() if failed is None])
+        return results
 
     def _list(self, topic: str | None):  # type: ignore[no-untyped-def]
         try:

@@ -15,7 +15,8 @@ import datetime as dt
 import json
 import os
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -35,7 +36,7 @@ from segcat.catalog.errors import (
     VersionNotFound,
 )
 from segcat.catalog.log.follower import Follower
-from segcat.catalog.log.producer import hold_producer, write_commit
+from segcat.catalog.log.producer import SharedProducer, write_commit
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import DEFAULT_MAX_MESSAGE_BYTES, TopicAdmin, TopicInfo
 from segcat.catalog.protocol import lifecycle, locations, versions
@@ -47,7 +48,7 @@ from segcat.catalog.protocol.rules import Outcome, Rule
 from segcat.catalog.protocol.state import LOCATION_PROPERTY, TableState
 from segcat.catalog.protocol.tags import oldest_tag, tags_of
 from segcat.catalog.protocol.version_change import VersionChange, change_from_delta
-from segcat.catalog.read import log_pruning, lookup, tag_lookup
+from segcat.catalog.read import creation, log_pruning, lookup, tag_lookup
 from segcat.catalog.read.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from segcat.catalog.read.lease import HeldLease, acquire_lease
 from segcat.catalog.read.log_pruning import PruneResult
@@ -85,8 +86,10 @@ class Tables:
         self._admin: TopicAdmin | None = None
         self.redis = RedisStore.from_config(self.config) if use_redis else None
         self.store = ObjectStore.from_config(self.config)
-        self._producer_hold = hold_producer(self, self.config)
-        """One producer for every record its tables write, opened by the first (``SharedProducer``)."""
+        self.producer = SharedProducer.acquire(self.config)
+        """One producer for every record its tables write, opened by the first or by a creation
+        (``SharedProducer``), and kept until ``close``."""
+        self._producer_hold = weakref.finalize(self, self.producer.release)
 
     @property
     def admin(self) -> TopicAdmin:
@@ -117,25 +120,39 @@ class Tables:
         root = table_root(self.config, parsed) if location is None else location
         if problem := locations.location_problem(root):
             raise InvalidArgument(problem)
+        self.producer.start()  # gets its producer id while the topic is created
         info = self.admin.create(parsed, max_message_bytes=max_message_bytes)
         try:
             table = self._open(info)
-            commit = Commit(
-                commit_id=Commit.new_id(),
-                table=parsed.qualified,
-                operation=Operation.UPGRADE_PROTOCOL,
-                base_version=-1,
-                writer_id=f"segcat-create-{os.getpid()}",
-                timestamp_ms=int(time.time() * 1000),
-                table_properties={LOCATION_PROPERTY: root},
-                protocol=versions.new_table_protocol(),
+            commit = creation.creation_commit(parsed, root)
+            key, value = creation.record_of(commit)
+            landed = self.producer.write(
+                parsed.topic, key, value, f"writing commit {commit.commit_id} to {parsed.topic}"
             )
-            offset = write_commit(self.config, parsed, commit).offset
-            table.expect_accepted(commit, offset)
+            creation.confirm_creation(table, commit, value, landed)
         except BaseException as exc:  # interrupted too: no topic without its first commit
             self._undo_creation(parsed, exc)
             raise
         return table
+
+    def create_tables(
+        self,
+        names: Sequence[str | TableName],
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        location_root: str | None = None,
+        exist_ok: bool = False,
+        progress: creation.Progress | None = None,
+    ) -> list[TableReader]:
+        """Create many tables, batched (``Catalog.create_tables`` says what happens when)."""
+        return creation.create_tables(
+            self,
+            names,
+            max_message_bytes=max_message_bytes,
+            location_root=location_root,
+            exist_ok=exist_ok,
+            progress=progress,
+        )
 
     def _undo_creation(self, name: TableName, exc: BaseException) -> None:
         """No half-created table: a topic whose first commit did not take is deleted again, and
@@ -179,10 +196,7 @@ def table_root(config: Config, name: TableName) -> str:
     Only used when a table is created (then recorded in its log as ``segcat.location``) and
     for protocol-1 tables, which never recorded one.
     """
-    warehouse = config.warehouse
-    if not locations.is_absolute_uri(warehouse):
-        warehouse = os.path.abspath(warehouse)
-    return f"{warehouse.rstrip('/')}/{name.namespace}/{name.table}"
+    return creation.table_root_under(config.warehouse, name)
 
 
 class TableReader:

@@ -25,13 +25,13 @@ from segcat.catalog.errors import (
     TableNotFound,
     VersionNotFound,
 )
-from segcat.catalog.log.producer import Delivery
+from segcat.catalog.log.producer import Delivery, SharedProducer
 from segcat.catalog.log.reader import LogReader
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol import rules
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.state import TableState
-from segcat.catalog.read import table as table_module
+from segcat.catalog.read import creation
 from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.archive import ArchivedCommit, ArchivedRecord
@@ -187,10 +187,10 @@ def test_a_creation_that_fails_midway_leaves_no_topic(
     """The first commit read back as not accepted: the topic is deleted again (before, only a
     failed produce deleted it; the issue's InvalidCommit left the topic behind)."""
 
-    def refuse(self: TableReader, commit: object, offset: int) -> int:
-        raise InvalidCommit("refused for the test", version=offset)
+    def refuse(table: TableReader, commit: object, value: bytes, landed: Delivery) -> None:
+        raise InvalidCommit("refused for the test", version=landed.offset)
 
-    monkeypatch.setattr(TableReader, "expect_accepted", refuse)
+    monkeypatch.setattr(creation, "confirm_creation", refuse)
     with pytest.raises(InvalidCommit, match="its topic was deleted again"):
         Catalog(config).create_table(table_name)
     with pytest.raises(TableNotFound):
@@ -203,7 +203,7 @@ def test_a_creation_whose_commit_is_not_delivered_leaves_no_topic(
     def undelivered(*_: object) -> Delivery:
         raise ServiceUnavailable("no delivery report (the test)")
 
-    monkeypatch.setattr(table_module, "write_commit", undelivered)
+    monkeypatch.setattr(SharedProducer, "write", undelivered)
     with pytest.raises(ServiceUnavailable, match="nothing was created"):
         Catalog(config).create_table(table_name)
     with pytest.raises(TableNotFound):
