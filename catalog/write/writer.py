@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -44,7 +45,7 @@ from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.protocol.replay import Listener
-from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
+from segcat.catalog.protocol.rules import Outcome, Prechecked, Rule, Verdict
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import ObjectStore
@@ -129,6 +130,17 @@ def _inert_upgrade(commit: Commit) -> str | None:
         f"protocol feature {inert[0]!r} means nothing below protocol version {needs}: upgrade to "
         f"version {needs} or later with it (segcat table upgrade)"
     )
+
+
+def _prechecked(commit: Commit, state: TableState) -> Prechecked | None:
+    """``commit`` as its own record will be judged (``_prejudge`` passed it at the next offset of
+    ``state``, so its field rules did), or None when its record must be decoded: when decoding
+    would not give it back exactly. The held copy has dicts of its own, so a caller changing
+    the commit's mappings after ``submit`` cannot make the image differ from the log."""
+    if not codec.round_trips_exactly(commit):
+        return None
+    held = replace(commit, properties=dict(commit.properties), table_properties=dict(commit.table_properties))
+    return Prechecked(held, state.table, state.version + 1, state.protocol.version)
 
 
 class CommitIds:
@@ -346,6 +358,7 @@ class Writer:
                 done = CommitFuture()
                 done.set_result(known)
                 return done
+            state = self.state
             try:
                 self._prejudge(commit)
             except (CommitConflict, ColumnTypeConflict, TableDropped) as exc:  # a verdict: the future's
@@ -359,7 +372,7 @@ class Writer:
                     f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
                     f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
                 )
-            return self._pipeline.send(cid, key, value, attempts)
+            return self._pipeline.send(cid, key, value, attempts, _prechecked(commit, state))
 
     def _prejudge(self, commit: Commit) -> None:
         """Judge ``commit`` on this writer's image before sending it: refuse what cannot win.
