@@ -8,6 +8,8 @@ decoding every record, whatever happened between the writer's check and its reco
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +83,23 @@ def _commit() -> rules.Commit:
     return rules.Commit(
         "0f8fad5b-d9cb-469f-a165-70867728950e", "ns.t", rules.Operation.APPEND, -1, "w", 1, (segment("a"),)
     )
+
+
+def test_the_held_copy_is_the_commit_with_dicts_of_its_own() -> None:
+    """A tripwire: ``Writer``'s held copy and ``codec.round_trips_exactly`` name every field of a
+    commit; a new field must be added to both (and to this list)."""
+    from dataclasses import fields
+
+    from segcat.catalog.write.writer import _prechecked
+
+    assert [f.name for f in fields(rules.Commit)] == [
+        "commit_id", "table", "operation", "base_version", "writer_id", "timestamp_ms", "adds", "drops",
+        "tombstones", "replace_scope", "isolation", "properties", "table_properties", "schema", "protocol",
+        "intent",
+    ]  # fmt: skip
+    commit = replace(_commit(), properties={"a": "b"}, table_properties={"c": None})
+    held = _prechecked(commit, TableState("ns.t"))
+    assert held is not None and held.commit == commit
+    assert held.commit.properties is not commit.properties
+    assert held.commit.table_properties is not commit.table_properties
+    assert (held.table, held.offset, held.version) == ("ns.t", 0, 1)
