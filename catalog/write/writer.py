@@ -377,7 +377,7 @@ class Writer:
                 return done
             state = self.state
             try:
-                self._prejudge(commit)
+                judged = self._prejudge(commit)
             except (CommitConflict, ColumnTypeConflict, TableDropped) as exc:  # a verdict: the future's
                 refused = CommitFuture()
                 refused.set_exception(exc)
@@ -389,10 +389,13 @@ class Writer:
                     f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
                     f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
                 )
-            return self._pipeline.send(cid, key, value, attempts, _prechecked(commit, state))
+            # an ACCEPTED prejudgment passed the field rules (judge() checks them before the rest)
+            held = _prechecked(commit, state) if judged.outcome is Outcome.ACCEPTED else None
+            return self._pipeline.send(cid, key, value, attempts, held)
 
-    def _prejudge(self, commit: Commit) -> None:
-        """Judge ``commit`` on this writer's image before sending it: refuse what cannot win.
+    def _prejudge(self, commit: Commit) -> Verdict:
+        """Judge ``commit`` on this writer's image before sending it: refuse what cannot win
+        (the verdict of what may be sent: ACCEPTED on the image as of now).
 
         The image only moves forward, and an INVALID commit is INVALID at any offset, so
         these never reach the log. A conflict the image already shows is raised as
@@ -421,6 +424,7 @@ class Writer:
         if verdict.outcome is Outcome.REJECTED:
             _refuse_dropped(self.name, verdict)
             raise _rejection(verdict, None)
+        return verdict
 
     def _outcome(self, verdict: Verdict) -> int:
         if verdict.outcome in (Outcome.ACCEPTED, Outcome.NOTED):
