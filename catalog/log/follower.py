@@ -23,7 +23,7 @@ from segcat.catalog.protocol.delta import CommitDelta
 from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, Listener, replay
-from segcat.catalog.protocol.rules import Outcome
+from segcat.catalog.protocol.rules import Outcome, OwnRecords
 from segcat.catalog.protocol.state import TableState
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.table_files import TableFiles
@@ -118,13 +118,19 @@ class Follower:
         return self._reader.watermarks()[1] - 1
 
     def catch_up(
-        self, upto: int | None = None, listener: Listener | None = None, *, exact: bool = False
+        self,
+        upto: int | None = None,
+        listener: Listener | None = None,
+        *,
+        exact: bool = False,
+        own: OwnRecords | None = None,
     ) -> TableState:
         """Apply records until the image has seen offset ``upto`` (default: the log's end now).
 
         With ``exact`` the image stops at ``upto`` even when a fetch brought records after
         it (a reader asked for a version); otherwise it applies whatever the fetch brought.
         Records the commit archives hold are taken from there, Kafka only after them.
+        ``own`` recognises the records a writer produced itself (``rules.apply_record``).
         """
         target = self.log_end() if upto is None else upto
         deadline = time.monotonic() + self._timeout
@@ -136,7 +142,7 @@ class Follower:
                 if not self._contiguous(batch, listener):
                     continue  # the archives filled a hole; read Kafka again after them
                 with self._guard:
-                    replay(batch, self.state, upto=target if exact else None, listener=listener)
+                    replay(batch, self.state, upto=target if exact else None, listener=listener, own=own)
                     self._position = self.state.version + 1
                 if exact and batch[-1].offset > target:
                     self._reader.seek(self._position)

@@ -43,9 +43,10 @@ from segcat.catalog.errors import (
 from segcat.catalog.log.follower import Follower
 from segcat.catalog.log.producer import FLUSH_S, LINGER_MS, POLL_S, SharedProducer
 from segcat.catalog.log.write_errors import retriable, write_error
+from segcat.catalog.protocol.model import LogRecord
 from segcat.catalog.protocol.names import TableName
 from segcat.catalog.protocol.replay import Applied, Listener
-from segcat.catalog.protocol.rules import Verdict
+from segcat.catalog.protocol.rules import Prechecked, Verdict
 from segcat.catalog.protocol.state import TableState
 
 log = logging.getLogger("segcat.writer")
@@ -90,6 +91,8 @@ class InFlight:
     verdict: Verdict | None = None
     """The rules' verdict on our record, as the follower applied it."""
     error: BaseException | None = field(default=None, repr=False)
+    prechecked: Prechecked | None = field(default=None, repr=False)
+    """The commit itself, when its record decodes to it exactly: judged without decoding (``_own``)."""
 
 
 def _settle(future: CommitFuture, outcome: ToVersion, verdict: Verdict) -> None:
@@ -185,12 +188,15 @@ class CommitPipeline:
         if self._broken is not None:
             raise ServiceUnavailable(f"the writer of {self._name} stopped: {self._broken}") from self._broken
 
-    def send(self, commit_id: str, key: bytes, value: bytes, attempts: int) -> CommitFuture:
-        """Produce one record and return its future (call with ``lock`` held: submit order)."""
+    def send(
+        self, commit_id: str, key: bytes, value: bytes, attempts: int, prechecked: Prechecked | None = None
+    ) -> CommitFuture:
+        """Produce one record and return its future (call with ``lock`` held: submit order).
+        ``prechecked``: the commit the record decodes to, and where its field rules passed."""
         self.check_open()
         future = CommitFuture(self)
         future.set_running_or_notify_cancel()  # a record once sent cannot be taken back
-        entry = InFlight(commit_id, key, value, future, attempts)
+        entry = InFlight(commit_id, key, value, future, attempts, prechecked=prechecked)
         self._entries[commit_id] = entry
         try:
             self._produce(entry)
@@ -236,9 +242,29 @@ class CommitPipeline:
     def catch_up(self, upto: int | None = None) -> TableState:
         """Apply the log up to ``upto`` (default: its end), then settle what that decided."""
         with self._follow_lock:
-            state = self._follower.catch_up(upto, listener=self._listen)
+            state = self._follower.catch_up(upto, listener=self._listen, own=self._own)
         self._settle_ready()
         return state
+
+    def _own(self, record: LogRecord) -> Prechecked | None:
+        """Our own record, to judge by the commit we hold (runs under ``lock``, in the replay).
+
+        Only the record the delivery report placed at this offset, with the very key and value
+        bytes we produced: anything else there (a re-send's first attempt, another writer's
+        record under our commit id) is decoded and judged like every other record."""
+        key = record.key
+        if key is None or not self._delivered:
+            return None
+        entry = self._delivered.get(key.decode("utf-8", errors="replace"))
+        if (
+            entry is None
+            or entry.prechecked is None
+            or entry.offset != record.offset
+            or record.value != entry.value
+            or key != entry.key
+        ):
+            return None
+        return entry.prechecked
 
     def _listen(self, applied: Applied, state: TableState) -> None:
         """Runs under ``lock`` (the follower's guard), for every record the image applies."""

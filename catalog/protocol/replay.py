@@ -20,18 +20,20 @@ def replay(
     *,
     upto: int | None = None,
     listener: Listener | None = None,
+    own: rules.OwnRecords | None = None,
 ) -> TableState:
     """Apply ``records`` (in offset order) to ``state``, stopping after offset ``upto``.
 
     Records at or below ``state.version`` are skipped, so a replay may safely overlap what
-    the state already holds (e.g. a key frame plus the log after it).
+    the state already holds (e.g. a key frame plus the log after it). ``own``: a writer's
+    own records (``rules.apply_record``).
     """
     for record in records:
         if upto is not None and record.offset > upto:
             break
         if record.offset <= state.version:
             continue
-        applied = rules.apply_record(state, record)
+        applied = rules.apply_record(state, record, own)
         if listener is not None:
             listener(applied, state)
     return state

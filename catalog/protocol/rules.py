@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -85,6 +86,32 @@ class Verdict:
     @property
     def accepted(self) -> bool:
         return self.outcome is Outcome.ACCEPTED
+
+
+@dataclass(frozen=True, slots=True)
+class Prechecked:
+    """A commit whose record a writer produced, and where its field rules (rule 2's
+    context-free part, ``malformation``) already passed: on table ``table`` at offset
+    ``offset`` under protocol ``version``.
+
+    Those rules read only the commit, the table's name, the offset (``base_version`` below it)
+    and the protocol, so they pass again at any later offset of the same table while the
+    protocol is the same: the judgment of the record skips them then, and nothing else.
+    ``commit`` must be what the record decodes to (``codec.round_trips_exactly``).
+    """
+
+    commit: Commit
+    table: str
+    offset: int
+    version: int
+
+    def holds(self, state: TableState, offset: int) -> bool:
+        """Whether the field rules' pass still stands at ``offset`` on ``state``."""
+        return offset >= self.offset and state.table == self.table and state.protocol.version == self.version
+
+
+OwnRecords = Callable[[LogRecord], Prechecked | None]
+"""The writer's own records: a record that is exactly one it produced → that commit, prechecked."""
 
 
 MAX_ID_LENGTH = 512
@@ -521,11 +548,12 @@ def unsupported_upgrade(commit: Commit) -> str | None:
 # ---------------------------------------------------------------------------- judging
 
 
-def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
+def judge(state: TableState, offset: int, commit: Commit, prechecked: Prechecked | None = None) -> Verdict:
     """The verdict on ``commit`` at ``offset`` given ``state`` = S(offset-1). Pure.
 
     Raises ``UnsupportedProtocol`` for a well-formed upgrade to a protocol this code does
-    not know (and when ``state`` itself is at such a protocol).
+    not know (and when ``state`` itself is at such a protocol). ``prechecked`` (of this very
+    commit) spares the field rules when its pass still holds; the verdict is the same.
     """
     protocol = state.protocol
     if protocol not in _SUPPORTED:
@@ -544,7 +572,10 @@ def judge(state: TableState, offset: int, commit: Commit) -> Verdict:
             original,
             original,
         )
-    problem = malformation(commit, offset, state.table, version)
+    if prechecked is not None and prechecked.commit is commit and prechecked.holds(state, offset):
+        problem = None
+    else:
+        problem = malformation(commit, offset, state.table, version)
     if problem is None and unsupported_upgrade(commit) is not None:
         versions.check_supported(commit.protocol or state.protocol, state.table, offset)
     problem = problem or contextual_malformation(state, commit)
@@ -720,12 +751,12 @@ def apply(state: TableState, offset: int, timestamp_ms: int, commit: Commit) -> 
 
 
 def apply_commit(
-    state: TableState, offset: int, timestamp_ms: int, commit: Commit
+    state: TableState, offset: int, timestamp_ms: int, commit: Commit, prechecked: Prechecked | None = None
 ) -> tuple[Verdict, CommitDelta | None]:
     """``apply``, also handing out the delta of an accepted commit (with what the image learned)."""
     if offset <= state.version:
         raise ValueError(f"offset {offset} is not after the state's version {state.version}")
-    verdict = judge(state, offset, commit)
+    verdict = judge(state, offset, commit, prechecked)
     state.version = offset
     if verdict.outcome is Outcome.ACCEPTED and commit.operation is Operation.INTENT:
         state.note_intent(commit, offset, timestamp_ms)
@@ -736,10 +767,18 @@ def apply_commit(
     return verdict, None
 
 
-def apply_record(state: TableState, record: LogRecord) -> Applied:
-    """Decode a raw log record and apply it; garbage is INVALID and changes nothing."""
+def apply_record(state: TableState, record: LogRecord, own: OwnRecords | None = None) -> Applied:
+    """Decode a raw log record and apply it; garbage is INVALID and changes nothing.
+
+    ``own`` recognises a writer's own records (the very key and value bytes it produced, at the
+    offset its delivery report named): such a record is judged by the commit the writer holds,
+    which is what it decodes to, instead of decoding it.
+    """
     if record.offset <= state.version:
         raise ValueError(f"offset {record.offset} is not after the state's version {state.version}")
+    if own is not None and (held := own(record)) is not None:
+        verdict, delta = apply_commit(state, record.offset, record.timestamp_ms, held.commit, held)
+        return Applied(verdict, held.commit, record.timestamp_ms, delta)
     if record.value is None:
         state.version = record.offset
         return Applied(Verdict(Outcome.PRUNED, record.offset, _text(record.key)), None, record.timestamp_ms)

@@ -44,7 +44,7 @@ from segcat.catalog.protocol.model import Commit, Isolation, Operation, Protocol
 from segcat.catalog.protocol.names import TableName, table_name
 from segcat.catalog.protocol.predicates import to_sql
 from segcat.catalog.protocol.replay import Listener
-from segcat.catalog.protocol.rules import Outcome, Rule, Verdict
+from segcat.catalog.protocol.rules import Outcome, Prechecked, Rule, Verdict
 from segcat.catalog.protocol.state import ALLOWED_LOCATIONS_PROPERTY, TableState
 from segcat.catalog.read.table import table_root
 from segcat.catalog.storage.objectstore import ObjectStore
@@ -129,6 +129,35 @@ def _inert_upgrade(commit: Commit) -> str | None:
         f"protocol feature {inert[0]!r} means nothing below protocol version {needs}: upgrade to "
         f"version {needs} or later with it (segcat table upgrade)"
     )
+
+
+def _prechecked(commit: Commit, state: TableState) -> Prechecked | None:
+    """``commit`` as its own record will be judged (``_prejudge`` passed it at the next offset of
+    ``state``, so its field rules did), or None when its record must be decoded: when decoding
+    would not give it back exactly. The held copy has dicts of its own, so a caller changing
+    the commit's mappings after ``submit`` cannot make the image differ from the log."""
+    if not codec.round_trips_exactly(commit):
+        return None
+    c = commit  # built here rather than by dataclasses.replace, which costs as much again
+    held = Commit(
+        commit_id=c.commit_id,
+        table=c.table,
+        operation=c.operation,
+        base_version=c.base_version,
+        writer_id=c.writer_id,
+        timestamp_ms=c.timestamp_ms,
+        adds=c.adds,
+        drops=c.drops,
+        tombstones=c.tombstones,
+        replace_scope=c.replace_scope,
+        isolation=c.isolation,
+        properties=dict(c.properties),
+        table_properties=dict(c.table_properties),
+        schema=c.schema,
+        protocol=c.protocol,
+        intent=c.intent,
+    )
+    return Prechecked(held, state.table, state.version + 1, state.protocol.version)
 
 
 class CommitIds:
@@ -346,8 +375,9 @@ class Writer:
                 done = CommitFuture()
                 done.set_result(known)
                 return done
+            state = self.state
             try:
-                self._prejudge(commit)
+                judged = self._prejudge(commit)
             except (CommitConflict, ColumnTypeConflict, TableDropped) as exc:  # a verdict: the future's
                 refused = CommitFuture()
                 refused.set_exception(exc)
@@ -359,10 +389,13 @@ class Writer:
                     f"commit is {len(value):,} bytes encoded; the topic {self.name.topic} accepts at most "
                     f"{self.max_message_bytes:,} (max.message.bytes): split it into several commits"
                 )
-            return self._pipeline.send(cid, key, value, attempts)
+            # an ACCEPTED prejudgment passed the field rules (judge() checks them before the rest)
+            held = _prechecked(commit, state) if judged.outcome is Outcome.ACCEPTED else None
+            return self._pipeline.send(cid, key, value, attempts, held)
 
-    def _prejudge(self, commit: Commit) -> None:
-        """Judge ``commit`` on this writer's image before sending it: refuse what cannot win.
+    def _prejudge(self, commit: Commit) -> Verdict:
+        """Judge ``commit`` on this writer's image before sending it: refuse what cannot win
+        (the verdict of what may be sent: ACCEPTED on the image as of now).
 
         The image only moves forward, and an INVALID commit is INVALID at any offset, so
         these never reach the log. A conflict the image already shows is raised as
@@ -391,6 +424,7 @@ class Writer:
         if verdict.outcome is Outcome.REJECTED:
             _refuse_dropped(self.name, verdict)
             raise _rejection(verdict, None)
+        return verdict
 
     def _outcome(self, verdict: Verdict) -> int:
         if verdict.outcome in (Outcome.ACCEPTED, Outcome.NOTED):
