@@ -1,6 +1,7 @@
 """``segcat materializer``: a consumer group over every table topic.
 
-Kafka spreads the tables over the running instances. On assignment each table is
+Kafka spreads the tables over the running instances (cooperative-sticky: a rebalance moves
+only the tables that change owner, see ``assignment``). On assignment each new table is
 recovered from its newest valid key frame and the partition is positioned right after
 it; the group's committed offsets are only progress markers for lag dashboards.
 
@@ -462,6 +463,12 @@ class Materializer:
         extra: dict[str, Any] = {"error": err.name(), "reason": err.str(), "suppressed": held}
         if err.name() in _AUTH_ERRORS:
             extra["hint"] = "check the SEGCAT_KAFKA_SECURITY_PROTOCOL / SEGCAT_KAFKA_SASL_* settings and ACLs"
+        elif err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+            extra["hint"] = (
+                f"another member of group {self.group_id!r} uses another assignor (a segcat before the "
+                f"{assignment.ASSIGNMENT_STRATEGY} materializer group, or another program): stop the "
+                "old instances; this one joins once they are gone"
+            )
         log.warning(message, extra=extra)
 
     def _fatal_exit(self, err: KafkaError) -> None:

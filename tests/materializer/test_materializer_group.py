@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import logging
 import re
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
@@ -35,6 +36,7 @@ from tests.materializer_support import (
     free_port,
     get_json,
     namespace,
+    running_materializer,
     spawn_materializer,
     wait_for_head,
 )
@@ -176,6 +178,36 @@ def test_recoveries_run_in_parallel_within_the_bound_and_fail_one_by_one() -> No
     assert most == 3
     assert [d.offset for d in done] == [n * 10 if n != 4 else None for n in range(10)]
     assert [type(d.error) for d in done] == [OSError if n == 4 else type(None) for n in range(10)]
+
+
+def test_an_instance_joining_a_group_of_eager_members_says_what_to_do(
+    mconfig: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older instance (eager assignor) still in the group: Kafka refuses the new one's join;
+    its warning says why and what to do instead of only the broker's words."""
+    ns, pattern = namespace()
+    Catalog(mconfig).create_table(f"{ns}.t")
+    group = f"mixed-{ns}"
+    old = Consumer(
+        {
+            "bootstrap.servers": mconfig.bootstrap_servers,
+            "group.id": group,
+            "partition.assignment.strategy": "range,roundrobin",
+            "session.timeout.ms": 6_000,
+        }
+    )
+    old.subscribe([pattern])
+    try:
+        _wait("the eager member owns the table", lambda: old.poll(0.1) is None and bool(old.assignment()))
+        caplog.set_level(logging.WARNING, logger="segcat.materializer")
+        with running_materializer(mconfig, pattern, group):
+            _wait(
+                "the refusal is explained",
+                lambda: any("stop the old instances" in str(getattr(r, "hint", "")) for r in caplog.records),
+                timeout_s=60,
+            )
+    finally:
+        old.close()
 
 
 # ---------------------------------------------------------------------- the group, as processes
