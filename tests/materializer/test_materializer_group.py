@@ -17,7 +17,8 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -35,6 +36,7 @@ from tests.factories import segment
 from tests.materializer_support import (
     free_port,
     get_json,
+    json_lines,
     namespace,
     running_materializer,
     spawn_materializer,
@@ -261,10 +263,16 @@ class _Group:
         self.config, self.pattern, self.group = config, pattern, group
         self.procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
 
-    def start(self, instance: str) -> int:
+    def start(self, instance: str, stderr: IO[bytes] | int = subprocess.DEVNULL) -> int:
         port = free_port()
         proc = spawn_materializer(
-            self.config, self.pattern, self.group, instance, metrics_port=port, session_timeout_ms=6_000
+            self.config,
+            self.pattern,
+            self.group,
+            instance,
+            metrics_port=port,
+            session_timeout_ms=6_000,
+            stderr=stderr,
         )
         self.procs[instance] = (proc, port)
         return port
@@ -357,6 +365,42 @@ def test_killing_one_of_three_instances_hands_its_tables_to_the_others_with_fres
             counts = _recoveries(port)
             assert {t: counts[t] for t in before[port]} == dict.fromkeys(before[port], 1.0)
         versions = _commit_each(mconfig, sorted(victims), "moved")
+        for t, version in versions.items():
+            wait_for_head(store, t, version)
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+def test_an_instance_cut_off_past_the_session_timeout_gives_its_tables_up_and_rejoins(
+    mconfig: Config, tmp_path: Path
+) -> None:
+    """SIGSTOP past the session timeout: the group hands the stopped instance's tables to the
+    other; on SIGCONT it finds them lost (``on_lost``), closes them and rejoins, and every
+    table's head follows new commits again, whoever owns it."""
+    ns, pattern = namespace()
+    tables = [f"{ns}.t{i:02d}" for i in range(12)]
+    _create(mconfig, tables)
+    store = RedisStore.from_config(mconfig)
+    group = _Group(mconfig, pattern, f"lost-{ns}")
+    stderr = tmp_path / "b.stderr"
+    try:
+        a = group.start("a")
+        with open(stderr, "wb") as sink:
+            b = group.start("b", stderr=sink)
+        _wait("a and b share the tables", _shared([a, b], tables))
+        stopped, _ = group.procs["b"]
+        stopped.send_signal(signal.SIGSTOP)
+        try:
+            _wait("a owns every table", lambda: _owned(a) == set(tables))
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+        _wait(
+            "b said it lost its tables",
+            lambda: any(line.get("msg") == "tables lost to the group" for line in json_lines(stderr)),
+        )
+        _wait("a and b share the tables again", _shared([a, b], tables))
+        versions = _commit_each(mconfig, tables, "after")
         for t, version in versions.items():
             wait_for_head(store, t, version)
     finally:
