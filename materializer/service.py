@@ -1,6 +1,7 @@
 """``segcat materializer``: a consumer group over every table topic.
 
-Kafka spreads the tables over the running instances. On assignment each table is
+Kafka spreads the tables over the running instances (cooperative-sticky: a rebalance moves
+only the tables that change owner, see ``assignment``). On assignment each new table is
 recovered from its newest valid key frame and the partition is positioned right after
 it; the group's committed offsets are only progress markers for lag dashboards.
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from redis.exceptions import RedisClusterException, RedisError
 
 from segcat.catalog.config import Config
@@ -52,7 +53,7 @@ from segcat.catalog.protocol.names import TableName
 from segcat.catalog.storage.objectstore import ObjectStore
 from segcat.catalog.storage.redis import RedisStore
 from segcat.catalog.storage.table_files import TableFiles
-from segcat.materializer import endpoints, maintenance, metrics
+from segcat.materializer import assignment, endpoints, maintenance, metrics
 from segcat.materializer.backoff import RedisGate, Throttle, ThrottleFilter, backoff_delay
 from segcat.materializer.frame_writer import FrameWriter
 from segcat.materializer.publisher import PublisherFactory
@@ -269,49 +270,47 @@ class Materializer:
     # ------------------------------------------------------------------ assignment
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        positioned = []
-        failed: list[tuple[str, TableMaterializer, Exception]] = []
-        self._prefetch_ids(partitions)
-        for tp in partitions:
-            try:
-                name = TableName.from_topic(tp.topic)
-            except InvalidTableName:
-                log.error("ignoring topic that is no segcat table", extra={"topic": tp.topic})
-                continue
-            if tp.partition != 0:
-                log.error("table topic has more than one partition; ignoring it", extra={"topic": tp.topic})
-                continue
-            table = TableMaterializer(
-                name,
-                self.config,
-                self.redis,
-                TableFiles(self.store, name),
-                self.gate,
-                self.writer,
-                identify=functools.partial(self._identify, name),
-                publishers=self.publishers,
-            )
-            self._table_added(tp.topic, table)
-            try:
-                tp.offset = table.recover()
-            except Exception as exc:  # parked below, once the partition is assigned
-                tp.offset = OFFSET_BEGINNING
-                failed.append((tp.topic, table, exc))
-            try:
-                _, high = consumer.get_watermark_offsets(
-                    tp, timeout=self.config.request_timeout_s, cached=False
-                )
-            except KafkaException as exc:
-                log.warning("watermarks unavailable", extra={"table": name.qualified, "error": str(exc)})
-                high = 0
-            self._catching_up[tp.topic] = high - 1
-            positioned.append(tp)
+        """The tables this rebalance adds (cooperative: only those; the ones kept go on as they
+        are), positioned in bulk (``assignment``) and then assigned; a table whose recovery
+        failed is assigned and parked at once, like a table that fails later."""
+        started = time.monotonic()
+        new = [tp for tp in partitions if tp.topic not in self.tables]
+        self._prefetch_ids(new)
+        positioned, recovered, ends = assignment.position(new, self._new_table, self._ids_topic_admin())
+        for tp, done in zip(positioned, recovered, strict=True):
+            head = ends.get(tp.topic, -1)
+            self._table_added(tp.topic, done.table)
+            self._catching_up[tp.topic] = head
             log.info(
-                "table assigned", extra={"table": name.qualified, "from_offset": tp.offset, "head": high - 1}
+                "table assigned",
+                extra={"table": done.table.name.qualified, "from_offset": tp.offset, "head": head},
             )
-        consumer.assign(positioned)
-        for topic, table, error in failed:
-            self._park(consumer, topic, table, error, offset=None, stage="recover")
+        consumer.incremental_assign(positioned)
+        for tp, done in zip(positioned, recovered, strict=True):
+            if done.error is not None:
+                self._park(consumer, tp.topic, done.table, done.error, offset=None, stage="recover")
+        if positioned:
+            log.info(
+                "tables assigned",
+                extra={
+                    "assigned": len(positioned),
+                    "failed": sum(done.error is not None for done in recovered),
+                    "owned": len(self.tables),
+                    "seconds": round(time.monotonic() - started, 3),
+                },
+            )
+
+    def _new_table(self, name: TableName) -> TableMaterializer:
+        return TableMaterializer(
+            name,
+            self.config,
+            self.redis,
+            TableFiles(self.store, name),
+            self.gate,
+            self.writer,
+            identify=functools.partial(self._identify, name),
+            publishers=self.publishers,
+        )
 
     def _prefetch_ids(self, partitions: list[TopicPartition]) -> None:
         """The topic ids of a whole assignment in one request (each recovery takes its own);
@@ -342,7 +341,25 @@ class Materializer:
         return self._ids_admin
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The tables this rebalance takes away (cooperative: only those) are closed and forgotten."""
+        self._release(consumer, partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group went on without this instance (it was silent longer than the session
+        timeout, e.g. cut off from the brokers): its tables may have a new owner already, so they
+        are closed at once, like revoked ones, and come back by a fresh recovery if the group
+        hands them back on rejoining. Said once, at WARNING: readers' heads stood still meanwhile."""
+        if partitions:
+            log.warning("tables lost to the group", extra={"tables": len(partitions), "group": self.group_id})
+        self._release(consumer, partitions)
+
+    def _release(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Only the partitions ``_on_assign`` assigned are unassigned (librdkafka refuses others:
+        a topic that is no table was never assigned)."""
+        released = []
         for tp in partitions:
+            if tp.topic in self.tables:
+                released.append(TopicPartition(tp.topic, tp.partition))
             table, parked = self._table_removed(tp.topic)
             if parked is not None:
                 metrics.TABLE_PARKED.labels(parked.table).set(0)
@@ -351,7 +368,7 @@ class Materializer:
                 log.info(
                     "table revoked", extra={"table": table.name.qualified, "version": table.state.version}
                 )
-        consumer.unassign()
+        consumer.incremental_unassign(released)
 
     def _table_added(self, topic: str, table: TableMaterializer) -> None:
         """A table joined this instance (assigned): from now on its records are applied and its
@@ -478,6 +495,12 @@ class Materializer:
         extra: dict[str, Any] = {"error": err.name(), "reason": err.str(), "suppressed": held}
         if err.name() in _AUTH_ERRORS:
             extra["hint"] = "check the SEGCAT_KAFKA_SECURITY_PROTOCOL / SEGCAT_KAFKA_SASL_* settings and ACLs"
+        elif err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+            extra["hint"] = (
+                f"another member of group {self.group_id!r} uses another assignor (a segcat before the "
+                f"{assignment.ASSIGNMENT_STRATEGY} materializer group, or another program): stop the "
+                "old instances; this one joins once they are gone"
+            )
         log.warning(message, extra=extra)
 
     def _fatal_exit(self, err: KafkaError) -> None:
@@ -546,6 +569,8 @@ class Materializer:
                 "error_cb": self._on_kafka_error,
             }
         )
+        # after the user's settings: the callbacks assign incrementally, which only this assignor allows
+        conf["partition.assignment.strategy"] = assignment.ASSIGNMENT_STRATEGY
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
         if self.session_timeout_ms is not None:
@@ -595,7 +620,7 @@ class Materializer:
 
     def _serve(self, consumer: Consumer, conf: dict[str, Any], ready: Callable[[], None] | None) -> None:
         consumer.subscribe(
-            [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+            [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         log.info(
             "materializer started",
