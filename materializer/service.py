@@ -600,6 +600,9 @@ class Materializer:
             self.maintenance.start()
             lag = threading.Thread(target=self._lag_loop, name="segcat-lag", daemon=True)
             lag.start()
+            # the sentinel is set before any table writes a key: a Redis that loses what is
+            # written from here on, even before the first tick, is noticed by the next check
+            self._check_redis()
             try:
                 self._serve(consumer, conf, ready)
             finally:
