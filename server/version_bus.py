@@ -10,12 +10,18 @@ What the follower publishes is gap-free per table from the moment it first knew 
 each table it keeps the newest version it published (``last``) and the log offset up to which
 it knows every accepted version was published (``covered``; at start, the log's end). A channel
 event whose ``prev_version`` lies past both is preceded by the versions in between, read from
-the log. The probe asks for every table's log end (one ListOffsets request) and, only for the
-tables whose end lies past what the follower covers, their topic ids (one DescribeTopics) and
-materialized heads (one pipelined Redis read): a head that reached the end with a version
-already published moves ``covered`` (the records since were not versions, or the channel told);
-otherwise, after ``STALL_S`` (the materializer is down or behind, Redis is down, or Pub/Sub lost
-a message while reconnecting) the follower judges those records from the log itself.
+the log. The probe asks for the log ends of up to ``PROBE_BATCH`` tables (one ListOffsets
+request) and, only for the tables whose end lies past what the follower covers, their topic ids
+(one DescribeTopics) and materialized heads (one pipelined Redis read): a head that reached the
+end with a version already published moves ``covered`` (the records since were not versions, or
+the channel told); otherwise, after ``STALL_S`` (the materializer is down or behind, Redis is
+down, or Pub/Sub lost a message while reconnecting) the follower judges those records itself.
+
+**Decision — the probe's cost is bounded, not its reach.** ListOffsets over every table of a
+large catalog takes seconds, so a probe covers at most ``PROBE_BATCH`` tables and larger
+catalogs are swept in turns: with the materializer up the channel carries every version at once
+and the probe only confirms; with it down, a stalled table is found within
+``PROBE_S`` × tables / ``PROBE_BATCH`` plus ``STALL_S``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ log = logging.getLogger("segcat.serve")
 
 PROBE_S = 2.0
 """How often the follower compares the log ends with what it published."""
+PROBE_BATCH = 2_000
+"""Tables per probe: above it, slices of the catalog take turns (a full round takes longer)."""
 STALL_S = 2.0
 """How long the log may run past the published versions before the follower judges it itself."""
 RETRY_S = 1.0
@@ -57,7 +65,7 @@ class VersionBus:
         self._on_version = on_version
         self._size_of = size_of
         self._queues: set[ClientQueue[VersionChange]] = set()
-        self._follower: _Follower | None = None
+        self._follower: Follower | None = None
         self._starting = asyncio.Lock()
 
     @property
@@ -81,7 +89,7 @@ class VersionBus:
 
         async with self._starting:
             if self._follower is None:
-                self._follower = await asyncio.to_thread(_Follower, self._directory, emit)
+                self._follower = await asyncio.to_thread(Follower.started, self._directory, emit)
             queue: ClientQueue[VersionChange] = ClientQueue()
             self._queues.add(queue)
             return queue
@@ -111,7 +119,7 @@ class VersionBus:
                 self._queues.discard(queue)
 
 
-class _Follower:
+class Follower:
     """The two threads and what they know per table (a few integers per table that moved)."""
 
     def __init__(self, directory: TableDirectory, emit: Callable[[VersionChange], None]) -> None:
@@ -123,22 +131,34 @@ class _Follower:
         self._last: dict[str, int] = {}
         self._covered: dict[str, int] = {}
         self._stalled: dict[str, float] = {}
+        self._log_ids: dict[str, str | None] = {}
+        """Topic ids of the tables that moved or spoke (a recreated table starts over)."""
+        self._unknown_ids: set[str] = set()
+        self._probe_at = 0
+        """Where the next probe's slice of the names begins."""
         self._stopped = threading.Event()
         self._subscribed = threading.Event()
         self._listener = threading.Thread(target=self._listen, name="segcat-bus-channel", daemon=True)
-        self._listener.start()
-        self._subscribed.wait(SUBSCRIBED_WAIT_S)  # the baseline after the subscription: no gap
+        self._prober = threading.Thread(target=self._probe, name="segcat-bus-probe", daemon=True)
+
+    @classmethod
+    def started(cls, directory: TableDirectory, emit: Callable[[VersionChange], None]) -> Follower:
+        """A follower subscribed to the channel, with its baseline read and its probe running."""
+        follower = cls(directory, emit)
+        follower._listener.start()
+        follower._subscribed.wait(SUBSCRIBED_WAIT_S)  # the baseline after the subscription: no gap
         try:
-            self._baseline()
+            follower.baseline()
         except SegcatError as exc:  # the first probe sets it
             log.info("the all-tables baseline was not read", extra={"reason": str(exc)})
-        self._prober = threading.Thread(target=self._probe, name="segcat-bus-probe", daemon=True)
-        self._prober.start()
+        follower._prober.start()
+        return follower
 
     def stop(self) -> None:
         self._stopped.set()
-        self._listener.join(2.0)
-        self._prober.join(2.0)
+        for thread in (self._listener, self._prober):
+            if thread.is_alive():
+                thread.join(2.0)
 
     # ------------------------------------------------------------------ per-table state (under _lock)
 
@@ -186,7 +206,7 @@ class _Follower:
                     while not self._stopped.is_set():
                         change = sub.get(timeout=0.5)
                         if change is not None:
-                            self._heard(change)
+                            self.heard(change)
             except SegcatError as exc:
                 log.info("global channel unavailable, retrying", extra={"reason": str(exc)})
                 self._subscribed.set()  # the probe covers what the channel does not say
@@ -195,22 +215,19 @@ class _Follower:
                 log.exception("the global channel's listener failed, retrying")
                 self._stopped.wait(RETRY_S)
 
-    def _heard(self, change: VersionChange) -> None:
+    def heard(self, change: VersionChange) -> None:
         try:
             parsed = TableName.parse(change.table)
         except SegcatError:
             log.warning("ignoring an event of no table", extra={"table": change.table[:200]})
             return
         name = parsed.qualified
-        if change.log_id is not None:
-            try:
-                if self._directory.open(name).log_id not in (None, change.log_id):
-                    return  # another log's: a table that had this name before (PROTOCOL §6)
-            except SegcatError as exc:
-                log.info(
-                    "an event of a table that cannot be opened", extra={"table": name, "reason": str(exc)}
-                )
-                return
+        with self._lock:
+            known = self._log_ids.get(name)
+            if name not in self._log_ids:
+                self._unknown_ids.add(name)  # the next probe asks; the event is taken meanwhile
+            elif known is not None and change.log_id is not None and change.log_id != known:
+                return  # another log's: a table that had this name before (PROTOCOL §6)
         self._directory.add(parsed)
         with self._lock:
             floor = self._floor(name)
@@ -231,7 +248,7 @@ class _Follower:
 
     # ------------------------------------------------------------------ the probe
 
-    def _baseline(self) -> None:
+    def baseline(self) -> None:
         names = self._directory.names()
         ends = self._catalog.admin.log_ends(names)
         with self._lock:
@@ -248,7 +265,13 @@ class _Follower:
                 log.exception("the all-tables probe failed")
 
     def probe_once(self, now: float) -> None:
+        """Compare one slice of the tables' log ends with what was published (every table when
+        there are at most ``PROBE_BATCH``; else the slices take turns)."""
         names = self._directory.names()
+        if len(names) > PROBE_BATCH:
+            start = self._probe_at % len(names)
+            names = (names[start:] + names[:start])[:PROBE_BATCH]
+            self._probe_at = start + PROBE_BATCH
         admin = self._catalog.admin
         ends = admin.log_ends(names)
         with self._lock:
@@ -256,11 +279,19 @@ class _Follower:
                 if self._floor(name.qualified) is None:
                     self._covered[name.qualified] = ends[name]
             moved = [name for name in names if ends[name] > self._known(name.qualified)]
-            for gone in set(self._stalled) - {name.qualified for name in moved}:
-                del self._stalled[gone]
+            moved_now = {name.qualified for name in moved}
+            for name in names:  # caught up since (tables of other slices keep their clocks)
+                if name.qualified not in moved_now:
+                    self._stalled.pop(name.qualified, None)
+            unknown = [TableName.parse(name) for name in self._unknown_ids]
+            self._unknown_ids.clear()
+        asked = sorted({*moved, *unknown})
+        if not asked:
+            return
+        ids = admin.topic_ids(asked)
+        self._learn_ids(asked, ids)
         if not moved:
             return
-        ids = admin.topic_ids(moved)
         heads = self._heads(moved)
         for name in moved:
             qualified, end = name.qualified, ends[name]
@@ -284,6 +315,20 @@ class _Follower:
                     log.info("a stalled table was not judged", extra={"table": qualified, "reason": str(exc)})
                     continue
                 self._stalled.pop(qualified, None)
+
+    def _learn_ids(self, names: list[TableName], ids: dict[TableName, str | None]) -> None:
+        """Record the tables' topic ids; a table whose topic changed (dropped, purged and created
+        again) starts over: every version of its new log is published."""
+        with self._lock:
+            for name in names:
+                if name not in ids:
+                    continue  # deleted
+                qualified, found = name.qualified, ids[name]
+                before = self._log_ids.get(qualified)
+                if before is not None and found is not None and before != found:
+                    self._last.pop(qualified, None)
+                    self._covered[qualified] = -1
+                self._log_ids[qualified] = found
 
     def _heads(self, names: list[TableName]) -> dict[str, Head | None]:
         redis = self._catalog.redis
