@@ -135,9 +135,16 @@ def _heads(ctx: ServerContext, page: list[TableName]) -> dict[str, Head | None]:
 
 
 def _listed(ctx: ServerContext, name: str, end: int, head: Head | None) -> dict[str, Any]:
+    """A table's entry from its materialized head. A table Redis holds no head of is opened (one
+    describe, kept by the directory) so that a topic the materializer refuses says why, but its
+    log is not read: its ``activity`` is null (docs/HTTP_API.md)."""
     entry = views.head_from_redis(name, head, end)
     try:
-        entry["activity"] = ctx.activity.activity(name, end, partial(ctx.tables.open, name), head)
+        if head is None:
+            ctx.tables.open(name)
+        entry["activity"] = ctx.activity.activity(
+            name, end, partial(ctx.tables.open, name), head, unmaterialized_unknown=True
+        )
     except SegcatError as exc:
         entry["activity"] = None
         entry["error"] = public_message(str(exc))
