@@ -89,10 +89,23 @@ class VersionBus:
 
         async with self._starting:
             if self._follower is None:
-                self._follower = await asyncio.to_thread(Follower.started, self._directory, emit)
+                starting = asyncio.ensure_future(asyncio.to_thread(Follower.started, self._directory, emit))
+                try:
+                    self._follower = await asyncio.shield(starting)
+                except asyncio.CancelledError:  # the client left: the follower must not outlive it
+                    starting.add_done_callback(VersionBus._adopt)
+                    raise
             queue: ClientQueue[VersionChange] = ClientQueue()
             self._queues.add(queue)
             return queue
+
+    @staticmethod
+    def _adopt(starting: asyncio.Future[Follower]) -> None:
+        """Stop a follower started for a client that left meanwhile (the next client starts one)."""
+        if starting.cancelled() or starting.exception() is not None:
+            return
+        follower = starting.result()
+        threading.Thread(target=follower.stop, name="segcat-bus-stop", daemon=True).start()
 
     def detach(self, queue: ClientQueue[VersionChange]) -> None:
         """A stream ended; the last one's leaving stops the follower."""
