@@ -241,6 +241,8 @@ class Follower:
                 self._unknown_ids.add(name)  # the next probe asks; the event is taken meanwhile
             elif known is not None and change.log_id is not None and change.log_id != known:
                 return  # another log's: a table that had this name before (PROTOCOL §6)
+        if change.log_id is not None:
+            change = replace(change, log_id=None)  # checked: the event carries what watch() yields
         self._directory.add(parsed)
         with self._lock:
             floor = self._floor(name)
