@@ -21,6 +21,7 @@ from segcat.server.metrics import ServeMetrics
 from segcat.server.redis_gate import TimeBoxedRedis
 from segcat.server.settings import ServeSettings
 from segcat.server.table_directory import TableDirectory
+from segcat.server.version_bus import VersionBus
 from segcat.server.version_feed import FeedHub
 
 log = logging.getLogger("segcat.serve")
@@ -34,14 +35,16 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
     catalog = Tables(config, use_redis=False)
     catalog.redis = TimeBoxedRedis.for_server(config)
     frames = EventFrames()
+    tables = TableDirectory(catalog)
     ctx = ServerContext(
         config=config,
         settings=settings,
-        tables=TableDirectory(catalog),
+        tables=tables,
         activity=ActivityTracker(settings.activity_window_s),
         feeds=FeedHub(catalog, settings.replay_limit, metrics.versions_seen.inc, frames.size),
         metrics=metrics,
         frames=frames,
+        versions=VersionBus(tables, metrics.versions_seen.inc, frames.size),
     )
 
     @asynccontextmanager
@@ -50,6 +53,7 @@ def create_app(config: Config, settings: ServeSettings | None = None) -> FastAPI
         # full passes, which pause every thread and, during a fan-out, every client's event
         gc.freeze()
         yield
+        ctx.versions.stop()
         ctx.feeds.stop()
 
     app = FastAPI(

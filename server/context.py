@@ -1,4 +1,5 @@
-"""What every request handler shares: the catalog's tables, activity counts, version feeds, metrics."""
+"""What every request handler shares: the catalog's tables, activity counts, version feeds and
+the version bus of the all-tables streams, metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from segcat.server.event_frames import EventFrames
 from segcat.server.metrics import ServeMetrics
 from segcat.server.settings import ServeSettings
 from segcat.server.table_directory import TableDirectory
+from segcat.server.version_bus import VersionBus
 from segcat.server.version_feed import FeedHub
 
 
@@ -24,6 +26,7 @@ class ServerContext:
     feeds: FeedHub
     metrics: ServeMetrics
     frames: EventFrames
+    versions: VersionBus
 
 
 def context(request: Request) -> ServerContext:

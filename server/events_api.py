@@ -4,8 +4,9 @@
 versions, the id a cursor (``event_cursor``) naming each table's last version, so one
 ``Last-Event-ID`` resumes all of them.
 
-Everything a stream does is its own and ends with it: the feeds it opens are opened by its own
-task, its followers are its tasks, and the hub stops a feed nobody follows. A client that reads
+A table's stream follows that table's feed (``version_feed``; the hub stops a feed nobody
+follows). The all-tables stream follows the version bus (``version_bus``): one subscription to
+Redis' global channel for every table and every client, no thread or feed per table. A client that reads
 too slowly is cut by the bytes it leaves unread (``version_feed.ClientQueue``) and by a send
 that blocks for ``SEND_TIMEOUT_S``; it reconnects and resumes.
 """
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -27,8 +29,7 @@ from starlette.types import Receive, Scope, Send
 from segcat import SegcatError, TableName, VersionChange
 from segcat.server.context import ServerContext, context
 from segcat.server.event_cursor import COMPACT_AT, MAX_CURSOR, Cursor, Rebase, rebase, version_arg
-from segcat.server.table_scout import PROBE_S
-from segcat.server.version_feed import ClientQueue, TableFeed, TooSlow
+from segcat.server.version_feed import PAGE, TooSlow
 
 router = APIRouter(tags=["events"])
 log = logging.getLogger("segcat.serve")
@@ -100,17 +101,18 @@ async def all_events(
 
 
 class AllTablesStream:
-    """One client's all-tables stream: its followers, the feeds it asked for, its cursor."""
+    """One client's all-tables stream: the versions of the bus (``version_bus``: one subscription
+    to the global channel for every table and client), and, for a table that moved while the
+    client was away or whose versions the bus did not link to the last one delivered, the
+    versions in between read from the log (only for those tables)."""
 
     def __init__(self, ctx: ServerContext, cursor: Cursor) -> None:
         self.ctx = ctx
         self.cursor = cursor
         self.start_ms = cursor.start_ms
         """When the stream began (the cursor's start moves on when it is compacted)."""
-        self.delivered = dict(cursor.positions)
-        self.merged: ClientQueue[tuple[str, VersionChange]] = ClientQueue()
-        self.followers: dict[str, asyncio.Task[None]] = {}
-        self.resume_after: dict[str, int] = {}
+        self.after: dict[str, int] = {}
+        """Each table's position: its last version delivered, or the log offset it resumes after."""
         self.newest_ms = 0
         self._compacting: asyncio.Task[Rebase | None] | None = None
         self._compacted_at = 0.0
@@ -118,93 +120,93 @@ class AllTablesStream:
     async def run(self) -> AsyncIterator[bytes]:
         ctx = self.ctx
         admin = ctx.tables.catalog.admin
-        names = await asyncio.to_thread(ctx.tables.names)
-        known = {name.qualified for name in names}
-        for gone in set(self.cursor.positions) - known:  # deleted since: nothing to resume
-            del self.cursor.positions[gone]
-        ends_then = await asyncio.to_thread(admin.log_ends, names)  # before the lookup below: no gap
-        firsts = await asyncio.to_thread(admin.first_offsets_after, names, self.start_ms)
-        since = {n.qualified: first - 1 for n, first in firsts.items() if first is not None}
-        """Tables with records after the start: each resumes after the record before."""
-        ends = {name.qualified: end for name, end in ends_then.items()}
-        self.resume_after = {**ends, **since, **self.cursor.positions}
-        moved = {name for name, after in self.resume_after.items() if ends.get(name, -1) > after}
-
-        existing, added = ctx.feeds.new_feeds()
-        for feed in existing:
-            self._follow(feed)
-        tasks = [
-            asyncio.create_task(self._open(sorted(moved))),
-            asyncio.create_task(self._follow_new(added)),
-            asyncio.create_task(self._compare_ends(ends_then)),
-        ]
+        queue = await ctx.versions.attach()  # before the ends are read: nothing falls between
         ctx.metrics.sse_clients.inc()
         try:
+            names = await asyncio.to_thread(ctx.tables.names)
+            known = {name.qualified for name in names}
+            for gone in set(self.cursor.positions) - known:  # deleted since: nothing to resume
+                del self.cursor.positions[gone]
+            ends_then = await asyncio.to_thread(admin.log_ends, names)  # before the lookup below: no gap
+            firsts = await asyncio.to_thread(admin.first_offsets_after, names, self.start_ms)
+            since = {n.qualified: first - 1 for n, first in firsts.items() if first is not None}
+            """Tables with records after the start: each resumes after the record before."""
+            ends = {name.qualified: end for name, end in ends_then.items()}
+            self.after = {**ends, **since, **self.cursor.positions}
+            for name in sorted(name for name, after in self.after.items() if ends.get(name, -1) > after):
+                async for change in self._from_log(name, self.after[name], ends[name]):
+                    frame = self._deliver(change)
+                    if frame is None:
+                        return
+                    yield frame
             while True:
-                name, change = await self.merged.get()
-                if change.version <= self.delivered.get(name, -1):
-                    continue
-                self.delivered[name] = self.cursor.positions[name] = change.version
-                self.newest_ms = max(self.newest_ms, change.timestamp_ms)
-                text = self.cursor.text()
-                if len(text) > MAX_CURSOR:
-                    log.warning("an all-tables stream ended: its cursor outgrew the bound")
-                    return  # the client resumes with the last cursor it got, once compaction can
-                ctx.metrics.events_sent.inc()
-                yield ctx.frames.frame(change, text)
-                if len(text) > COMPACT_AT:
-                    self._compact()
+                change = await queue.get()
+                async for linked in self._linked(change):
+                    frame = self._deliver(linked)
+                    if frame is None:
+                        return
+                    yield frame
         except TooSlow:
             log.info("a slow all-tables client was cut")
         finally:
             ctx.metrics.sse_clients.dec()
-            ctx.feeds.forget(added)
-            for task in [*tasks, *self.followers.values()]:
-                task.cancel()
+            ctx.versions.detach(queue)
             if self._compacting is not None:
                 self._compacting.cancel()
 
-    def _follow(self, feed: TableFeed) -> None:
-        if feed.name not in self.followers:
-            self.followers[feed.name] = asyncio.create_task(self._deliver(feed))
+    def _deliver(self, change: VersionChange) -> bytes | None:
+        """The frame of ``change``, the cursor moved past it (None: the cursor outgrew its bound)."""
+        self.after[change.table] = self.cursor.positions[change.table] = change.version
+        self.newest_ms = max(self.newest_ms, change.timestamp_ms)
+        text = self.cursor.text()
+        if len(text) > MAX_CURSOR:
+            log.warning("an all-tables stream ended: its cursor outgrew the bound")
+            return None  # the client resumes with the last cursor it got, once compaction can
+        self.ctx.metrics.events_sent.inc()
+        if len(text) > COMPACT_AT:
+            self._compact()
+        return self.ctx.frames.frame(change, text)
 
-    async def _deliver(self, feed: TableFeed) -> None:
-        """One table's versions into the stream, from where this client is."""
+    async def _linked(self, change: VersionChange) -> AsyncIterator[VersionChange]:
+        """``change`` if this client has not had it, after the versions between (from the log)."""
+        name = change.table
+        after = self.after.get(name)
+        if after is None:  # a table created since the stream began (or unknown to it then)
+            after = self.after[name] = await self._resume_point(name)
+        if change.version <= after:
+            return
+        if change.prev_version <= after:
+            yield change
+            return
+        async for filled in self._from_log(name, after, change.version):
+            yield filled
+
+    async def _resume_point(self, name: str) -> int:
+        """Where a table the stream did not know resumes: after its last record at the start time."""
         try:
-            after = self.resume_after.get(feed.name, -1)  # unknown at the start: created since
-            async for change in feed.follow(after):
-                if not self.merged.put((feed.name, change), self.ctx.frames.size(change)):
-                    return
-        except TooSlow:
-            self.merged.stop()  # this client fell behind on one table: the stream ends, it resumes
-        except SegcatError as exc:  # this table's trouble ends its part of the stream, not the rest
-            log.warning("a table left the all-tables stream", extra={"table": feed.name, "reason": str(exc)})
-        except Exception:
-            log.exception("a table left the all-tables stream", extra={"table": feed.name})
+            parsed = TableName.parse(name)
+            admin = self.ctx.tables.catalog.admin
+            first = (await asyncio.to_thread(admin.first_offsets_after, [parsed], self.start_ms))[parsed]
+        except SegcatError as exc:
+            log.info("a new table's start was not found", extra={"table": name, "reason": str(exc)})
+            return -1
+        return -1 if first is None else first - 1
 
-    async def _open(self, names: list[str]) -> None:
-        """Feeds for the tables that moved since the cursor's positions, one at a time (this task
-        ends with the stream: nothing is opened for a client that left)."""
-        for name in names:
-            if name in self.followers:
-                continue
-            try:
-                table = await asyncio.to_thread(self.ctx.tables.open, name)
-                self._follow(await self.ctx.feeds.feed(table))
-            except SegcatError as exc:
-                log.info("no feed for a table that moved", extra={"table": name, "reason": str(exc)})
-
-    async def _follow_new(self, queue: asyncio.Queue[TableFeed]) -> None:
-        while True:
-            self._follow(await queue.get())
-
-    async def _compare_ends(self, ends_then: dict[TableName, int]) -> None:
-        """Tables whose log moved since the stream began (the materializer may be down)."""
-        while True:
-            await asyncio.sleep(PROBE_S)
-            for name, end in self.ctx.feeds.latest_ends().items():
-                if name.qualified not in self.followers and end != ends_then.get(name, -1):
-                    self.ctx.feeds.moved(name.qualified)
+    async def _from_log(self, name: str, after: int, upto: int) -> AsyncIterator[VersionChange]:
+        """The accepted versions of (``after``, ``upto``], judged from the log a page at a time
+        (a table's trouble ends its part of the catch-up, not the stream)."""
+        covered = after
+        try:
+            table = await asyncio.to_thread(self.ctx.tables.open, name)
+            while covered < upto:
+                page_end = min(covered + PAGE, upto)
+                for change in await asyncio.to_thread(table.changes, covered, page_end):
+                    last = self.after.get(name, after)
+                    if change.version > last:
+                        yield change if change.prev_version <= last else replace(change, prev_version=last)
+                covered = page_end
+        except SegcatError as exc:
+            log.warning("a table's versions were not read", extra={"table": name, "reason": str(exc)})
 
     # ------------------------------------------------------------------ compaction
 

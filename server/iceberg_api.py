@@ -25,7 +25,7 @@ from fastapi.responses import Response
 
 from segcat import SegcatError, ServiceUnavailable, TableDropped, TableName, TableNotFound
 from segcat.catalog.iceberg.layout import metadata_path
-from segcat.catalog.iceberg.pointer import IcebergPointer, read_pointer
+from segcat.catalog.iceberg.pointer import IcebergPointer, read_pointer, read_pointers
 from segcat.catalog.protocol.names import check_identifier
 from segcat.catalog.read.table import TableReader
 from segcat.catalog.storage.redis import RedisStore
@@ -41,6 +41,8 @@ Ctx = Annotated[ServerContext, Depends(context)]
 NAMESPACE_SEPARATOR = "\x1f"
 """Iceberg's default separator of a multi-level namespace in a path (segcat's have one level)."""
 MAX_PAGE = 10_000
+LIST_CHUNK = 500
+"""Tables looked at per DescribeTopics request and pipelined Redis read of a listing."""
 READ_ENDPOINTS = (
     "GET /v1/{prefix}/namespaces",
     "GET /v1/{prefix}/namespaces/{namespace}",
@@ -119,18 +121,24 @@ def list_tables(
     what a reader lists it can load. A table not published (yet, or blocked from its first version,
     or dropped) is left out, and loading it by name says why."""
     ns = _namespace(namespace)
-    names = sorted(name for name in ctx.tables.names() if name.namespace == ns)
+    names = [name for name in ctx.tables.names() if name.namespace == ns]
     _check_exists(ns, {name.namespace for name in names})
     tables = [name.table for name in names]
     start = 0 if page_token is None else bisect_right(tables, page_token)
-    ids = ctx.tables.catalog.admin.topic_ids(names[start:])
     redis = _redis(ctx)
     listed: list[str] = []
-    for name in names[start:]:
-        if page_size is not None and len(listed) == page_size:
+    # a chunk at a time: a page asks Kafka and Redis about the tables it looks at, not all of them
+    for low in range(start, len(names), LIST_CHUNK):
+        chunk = names[low : low + LIST_CHUNK]
+        ids = ctx.tables.catalog.admin.topic_ids(chunk)
+        known = [name for name in chunk if name in ids]
+        pointers = read_pointers(redis, [(name, ids[name]) for name in known])
+        listed.extend(
+            name.table for name, pointer in zip(known, pointers, strict=True) if _published(pointer)
+        )
+        if page_size is not None and len(listed) >= page_size:
+            listed = listed[:page_size]
             break
-        if name in ids and _published(read_pointer(redis, name, ids[name])):
-            listed.append(name.table)
     more = (
         page_size is not None and len(listed) == page_size and bisect_right(tables, listed[-1]) < len(tables)
     )

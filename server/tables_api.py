@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, wait
 from functools import partial
@@ -13,7 +14,7 @@ import pyarrow as pa
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from segcat import InvalidArgument, SegcatError, ServiceUnavailable, Snapshot, parse_predicate
+from segcat import InvalidArgument, SegcatError, ServiceUnavailable, Snapshot, TableName, parse_predicate
 from segcat.catalog.protocol.jsonio import dumps
 from segcat.catalog.protocol.names import check_identifier
 from segcat.catalog.protocol.rules import Outcome
@@ -21,7 +22,7 @@ from segcat.catalog.protocol.tags import tags_of
 from segcat.catalog.read import snapshot_json
 from segcat.catalog.read.as_of import parse_as_of
 from segcat.catalog.storage.redis import Head
-from segcat.server import views
+from segcat.server import table_pages, views
 from segcat.server.context import ServerContext, context
 from segcat.server.public_errors import public_message
 
@@ -63,46 +64,87 @@ FALLBACK_BUDGET_S = 20.0
 """How long the overview waits for the heads it reads from the log when Redis does not answer."""
 
 
-@router.get("", summary="Every table (of a namespace) with its materialized head")
+@router.get("", summary="A page of the tables (of a namespace), in name order, with their materialized heads")
 def list_tables(
     ctx: Ctx,
     namespace: Annotated[
         str | None, Query(max_length=100, description="Only this namespace's tables.")
     ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=table_pages.MAX_LIMIT, description="Tables per page.")
+    ] = table_pages.DEFAULT_LIMIT,
+    cursor: Annotated[
+        str | None,
+        Query(max_length=table_pages.MAX_CURSOR, description="The 'next' of the page before."),
+    ] = None,
 ) -> dict[str, Any]:
-    """Cheap for many tables: one metadata and one ListOffsets request, one Redis read per table;
-    a table's trouble (a misconfigured topic, say) is its entry's ``error``, never the list's.
-    When Redis does not answer (its calls are time-boxed: ``redis_gate``), each table's head is
-    read as the reader reads it without Redis (object storage, then the log), a few tables at a
-    time, within ``FALLBACK_BUDGET_S``."""
+    """A page costs what its tables cost, whatever the catalog's size: the names come from the
+    server's directory (``table_directory``), then one DescribeTopics and one ListOffsets request
+    and one pipelined Redis read for the page's tables. A table's trouble (a misconfigured topic,
+    say) is its entry's ``error``, never the page's. When Redis does not answer (its calls are
+    time-boxed: ``redis_gate``), each head of the page is read as the reader reads it without
+    Redis (object storage, then the log), a few tables at a time, within ``FALLBACK_BUDGET_S``."""
     if namespace is not None:
         check_identifier(namespace, "namespace")
-    names = [n for n in ctx.tables.names() if namespace is None or n.namespace == namespace]
-    ends = ctx.tables.catalog.admin.log_ends(names)
-    ids = ctx.tables.catalog.admin.topic_ids(names)
-    redis = ctx.tables.catalog.redis
+    after = None if cursor is None else table_pages.decode_cursor(cursor)
+    names = ctx.tables.names()
+    if namespace is not None:
+        low = bisect_left(names, namespace, key=_namespace_of)
+        names = names[low : bisect_right(names, namespace, lo=low, key=_namespace_of)]
+    page, last = table_pages.page_of(names, after, limit)
+    admin = ctx.tables.catalog.admin
+    ids = admin.topic_ids(page)
+    for gone in [name for name in page if name not in ids]:  # deleted since the names were read
+        ctx.tables.forget(gone)
+    page = [name for name in page if name in ids]
+    ends = admin.log_ends(page)
+    heads = _heads(ctx, page)
     entries: dict[str, dict[str, Any]] = {}
-    unread: list[str] = []
-    for name in names:
+    unread: dict[str, int] = {}
+    for name in page:
         qualified = name.qualified
-        try:
-            head = None if redis is None else redis.head(qualified)
-        except ServiceUnavailable:
-            unread.append(qualified)
+        if qualified not in heads:
+            unread[qualified] = ends.get(name, -1)
             continue
+        head = heads[qualified]
         if head is not None and ids.get(name) is not None and head.log_id != ids.get(name):
             head = None  # another log's head: a table that had this name before (PROTOCOL §6)
         entries[qualified] = _listed(ctx, qualified, ends.get(name, -1), head)
     if unread:
-        by_name = {name.qualified: ends.get(name, -1) for name in names}
-        entries.update(_heads_from_log(ctx, {name: by_name[name] for name in unread}))
-    return {"tables": [entries[name.qualified] for name in names]}
+        entries.update(_heads_from_log(ctx, unread))
+    return {
+        "tables": [entries[name.qualified] for name in page],
+        "next": None if last is None else table_pages.encode_cursor(last),
+    }
+
+
+def _namespace_of(name: TableName) -> str:
+    return name.namespace
+
+
+def _heads(ctx: ServerContext, page: list[TableName]) -> dict[str, Head | None]:
+    """The page's materialized heads in one pipelined read; a table left out is read from the log
+    (Redis does not answer, or holds a malformed head of it)."""
+    redis = ctx.tables.catalog.redis
+    if redis is None:
+        return {name.qualified: None for name in page}
+    try:
+        return redis.heads(page)
+    except ServiceUnavailable:
+        return {}
 
 
 def _listed(ctx: ServerContext, name: str, end: int, head: Head | None) -> dict[str, Any]:
+    """A table's entry from its materialized head. A table Redis holds no head of is opened (one
+    describe, kept by the directory) so that a topic the materializer refuses says why, but its
+    log is not read: its ``activity`` is null (docs/HTTP_API.md)."""
     entry = views.head_from_redis(name, head, end)
     try:
-        entry["activity"] = ctx.activity.activity(name, end, partial(ctx.tables.open, name), head)
+        if head is None:
+            ctx.tables.open(name)
+        entry["activity"] = ctx.activity.activity(
+            name, end, partial(ctx.tables.open, name), head, unmaterialized_unknown=True
+        )
     except SegcatError as exc:
         entry["activity"] = None
         entry["error"] = public_message(str(exc))

@@ -25,9 +25,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from segcat import SegcatError, TableName, VersionChange, Watcher
+from segcat import SegcatError, VersionChange, Watcher
 from segcat.catalog.read.table import TableReader, Tables
-from segcat.server.table_scout import TableScout
 
 log = logging.getLogger("segcat.serve")
 
@@ -326,9 +325,8 @@ class TableFeed:
 
 
 class FeedHub:
-    """The feeds of every followed table (started on first use, stopped when idle or with the
-    server), a watchdog that keeps them moving while the materializer is down, and, while an
-    all-tables stream is open, a scout that names the tables that moved."""
+    """The feeds of the tables followed by a table's stream (started on first use, stopped when
+    idle or with the server), and a watchdog that keeps them moving while the materializer is down."""
 
     def __init__(
         self,
@@ -345,9 +343,6 @@ class FeedHub:
         self._lock = asyncio.Lock()
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._scout: TableScout | None = None
-        self._listeners: set[asyncio.Queue[TableFeed]] = set()
-        self._opening: set[str] = set()
         self._watchdog = threading.Thread(target=self._watch_stalls, name="segcat-feed-watchdog", daemon=True)
         self._watchdog.start()
 
@@ -365,66 +360,10 @@ class FeedHub:
                     TableFeed, table, loop, self._keep, self._on_version, self._size_of
                 )
                 self._feeds[name] = found
-                for listener in list(self._listeners):
-                    listener.put_nowait(found)
             return found
 
     def feeds(self) -> list[TableFeed]:
         return list(self._feeds.values())
-
-    # ------------------------------------------------------------------ the all-tables stream
-
-    def new_feeds(self) -> tuple[list[TableFeed], asyncio.Queue[TableFeed]]:
-        """The feeds there are, and a queue that gets every feed started from now on (on the loop)."""
-        self._loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[TableFeed] = asyncio.Queue()
-        self._listeners.add(queue)
-        if self._scout is None:
-            self._scout = TableScout(self._catalog, self.moved)
-        return self.feeds(), queue
-
-    @property
-    def streams(self) -> int:
-        """All-tables streams open now."""
-        return len(self._listeners)
-
-    @property
-    def opening(self) -> frozenset[str]:
-        """Tables whose feed is being opened because they moved."""
-        return frozenset(self._opening)
-
-    def latest_ends(self) -> dict[TableName, int]:
-        """Every table's log end as the scout last saw it (empty before its first probe)."""
-        return {} if self._scout is None else self._scout.ends
-
-    def forget(self, queue: asyncio.Queue[TableFeed]) -> None:
-        """An all-tables stream ended; the last one's leaving stops the scout."""
-        self._listeners.discard(queue)
-        if not self._listeners and self._scout is not None:
-            scout, self._scout = self._scout, None
-            threading.Thread(target=scout.stop, name="segcat-scout-stop", daemon=True).start()
-
-    def moved(self, name: str) -> None:
-        """``name`` moved (from any thread): make sure it has a feed, while an all-tables stream
-        is open to follow it."""
-        loop = self._loop
-        if not self._listeners or name in self._feeds or name in self._opening or loop is None:
-            return
-        self._opening.add(name)
-
-        async def open_feed() -> None:
-            try:
-                table = await asyncio.to_thread(self._catalog.open, name)
-                await self.feed(table)
-            except SegcatError as exc:
-                log.info("no feed for a table that moved", extra={"table": name, "reason": str(exc)})
-            finally:
-                self._opening.discard(name)
-
-        try:
-            asyncio.run_coroutine_threadsafe(open_feed(), loop)
-        except RuntimeError:
-            self._opening.discard(name)
 
     # ------------------------------------------------------------------ idle feeds
 
@@ -466,8 +405,6 @@ class FeedHub:
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._scout is not None:
-            self._scout.stop()
         feeds = list(self._feeds.values())
         for feed in feeds:
             feed.stop()

@@ -10,6 +10,7 @@ differ from segcat's own read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from segcat.catalog.storage.redis.keys import TableRef, key
@@ -61,6 +62,24 @@ def read_pointer(store: RedisStore, table: TableRef, log_id: str | None) -> Iceb
     """The pointer of log ``log_id`` (None: absent, or another log's)."""
     with store.guarded("iceberg pointer"):
         raw = store.client.hmget(pointer_key(table), list(_FIELDS))
+    return _parse_pointer(raw, log_id)
+
+
+def read_pointers(
+    store: RedisStore, tables: Sequence[tuple[TableRef, str | None]]
+) -> list[IcebergPointer | None]:
+    """``read_pointer`` of each (table, log id), in one pipelined round trip (a listing's page)."""
+    if not tables:
+        return []
+    with store.guarded(f"iceberg pointers of {len(tables)} tables"):
+        pipe = store.client.pipeline(transaction=False)
+        for table, _ in tables:
+            pipe.hmget(pointer_key(table), list(_FIELDS))
+        raws = pipe.execute()
+    return [_parse_pointer(raw, log_id) for raw, (_, log_id) in zip(raws, tables, strict=True)]
+
+
+def _parse_pointer(raw: Sequence[bytes | str | None], log_id: str | None) -> IcebergPointer | None:
     if raw[1] is None:
         return None
     text = [None if v is None else (v.decode() if isinstance(v, bytes) else str(v)) for v in raw]

@@ -1,8 +1,16 @@
-// segcat dashboard, overview (/): every table, live from /api/events, rates and lag from
-// /api/tables every 5 s.
+// segcat dashboard, overview (/): the tables in pages of /api/tables (name order; "Load more"
+// adds the next page), live from /api/events, rates and lag read again every 5 s for the pages
+// loaded. ?namespace=NS shows one namespace, ?limit=N sets the page size.
 'use strict';
 
 const REFRESH_MS = 5000;
+const PARAMS = new URLSearchParams(window.location.search);
+const NAMESPACE = PARAMS.get('namespace') || null;
+const PAGE_LIMIT = PARAMS.get('limit') || null;
+/** Pages the user has loaded; a refresh reads them again, from the first. */
+let pagesWanted = 1;
+/** The name of the last table loaded when more pages follow (null: every table is loaded). */
+let lastLoaded = null;
 
 /** table name -> {head, row, cells}; head is the last TableHead, advanced by events. */
 const tables = new Map();
@@ -106,7 +114,7 @@ function updateSummary() {
   setText(
     document.getElementById('summary'),
     `${count} table${tables.size === 1 ? '' : 's'} · ${fmtInt(segments)} segments · ` +
-      `${fmtCount(rows)} rows · ${fmtBytes(bytes)}`,
+      `${fmtCount(rows)} rows · ${fmtBytes(bytes)}${lastLoaded === null ? '' : ' · more tables not loaded'}`,
   );
   const empty = document.getElementById('empty');
   empty.hidden = tables.size > 0;
@@ -130,12 +138,57 @@ function merge(entry, fetched) {
   }
 }
 
+function pageUrl(cursor) {
+  const query = new URLSearchParams();
+  if (NAMESPACE) query.set('namespace', NAMESPACE);
+  if (PAGE_LIMIT) query.set('limit', PAGE_LIMIT);
+  if (cursor) query.set('cursor', cursor);
+  const text = query.toString();
+  return text ? `/api/tables?${text}` : '/api/tables';
+}
+
+/** The pages loaded so far, read again in order: their heads, and the cursor of the next page. */
+async function readPages() {
+  const heads = [];
+  let cursor = null;
+  for (let page = 0; page < pagesWanted; page += 1) {
+    const body = await api(pageUrl(cursor));
+    heads.push(...(body.tables || []));
+    cursor = body.next || null;
+    if (!cursor) break;
+  }
+  return { heads, next: cursor };
+}
+
+/** Name order of the server: namespace, then table. */
+function nameOrder(a, b) {
+  const [na, ta] = splitName(a);
+  const [nb, tb] = splitName(b);
+  if (na !== nb) return na < nb ? -1 : 1;
+  if (ta !== tb) return ta < tb ? -1 : 1;
+  return 0;
+}
+
+function splitName(name) {
+  const dot = name.indexOf('.');
+  return [name.slice(0, dot), name.slice(dot + 1)];
+}
+
+/** Whether a table the overview does not show would be on the pages loaded. */
+function withinLoaded(name) {
+  if (NAMESPACE && splitName(name)[0] !== NAMESPACE) return false;
+  return lastLoaded === null || nameOrder(name, lastLoaded) < 0;
+}
+
 async function refresh() {
   if (fetching) return fetching;
   fetching = (async () => {
     try {
-      const body = await api('/api/tables');
-      const heads = (body.tables || []).slice().sort((a, b) => a.table.localeCompare(b.table));
+      const { heads, next } = await readPages();
+      lastLoaded = next && heads.length ? heads[heads.length - 1].table : null;
+      const more = document.getElementById('more');
+      more.hidden = !next;
+      more.disabled = false;
       const body_ = document.getElementById('tables-body');
       const seen = new Set();
       for (const head of heads) {
@@ -182,7 +235,7 @@ function scheduleRefresh(delayMs) {
 function onVersion(event) {
   const entry = tables.get(event.table);
   if (!entry) {
-    if (loaded) scheduleRefresh(200); // a table created since the list was read
+    if (loaded && withinLoaded(event.table)) scheduleRefresh(200); // a table created since the list was read
     return;
   }
   const head = { ...entry.head };
@@ -202,6 +255,13 @@ function onVersion(event) {
   // a gap (or a delta the server could not give) is corrected by the next list
   if (!exact || !isNum(event.rows_delta) || !isNum(event.bytes_delta)) scheduleRefresh(500);
 }
+
+document.getElementById('more').addEventListener('click', async (ev) => {
+  ev.target.disabled = true;
+  pagesWanted += 1;
+  if (fetching) await fetching; // a refresh under way read the pages before this one
+  refresh();
+});
 
 document.getElementById('filter').addEventListener('input', () => {
   applyFilter();

@@ -162,6 +162,11 @@ OVERVIEW_SHOWS = (
     ".find((r) => r.dataset.table === arguments[0]);"
     "return row?.querySelector('.version')?.textContent === arguments[1]"
 )
+OVERVIEW_ROWS = (
+    "const names = [...document.querySelectorAll('tr[data-table]')].map((r) => r.dataset.table);"
+    "return JSON.stringify(names) === JSON.stringify(arguments[0])"
+)
+MORE_SHOWN = "return document.getElementById('more')?.hidden === false"
 LIVE = "return document.getElementById('live')?.classList.contains('live-on') === true"
 PLOTS_DRAWN = (
     "return typeof uPlot !== 'undefined' && document.querySelectorAll('#plots canvas').length >= 5"
@@ -209,6 +214,7 @@ def test_the_dashboard_follows_commits_live_and_stays_on_its_origin(
     ns, pattern = namespace()
     name = f"{ns}.orders"
     Catalog(mconfig).create_table(name)
+    Catalog(mconfig).create_table(f"{ns}.accounts")  # the first page of one: orders is on the second
     requests = Requests(driver)
     with (
         running_materializer(mconfig, pattern),
@@ -255,16 +261,26 @@ def test_the_dashboard_follows_commits_live_and_stays_on_its_origin(
             _screenshot(driver, tmp_path)
             requests.drain()
 
-            # the overview: the table's row, then another commit moves it without a reload
-            driver.get(f"{base}/")
+            # the overview in pages of one table: accounts, then "Load more" adds orders' row;
+            # then another commit moves it without a reload
+            driver.get(f"{base}/?namespace={ns}&limit=1")
             # (the server's first list of a big shared test broker is slow: see OVERVIEW_FIRST_S)
+            _require(
+                driver, OVERVIEW_ROWS, [f"{ns}.accounts"], timeout_s=OVERVIEW_FIRST_S, what="the first page"
+            )
+            _require(driver, MORE_SHOWN, timeout_s=10, what="the overview offers the next page")
+            driver.execute_script("document.getElementById('more').click()")
             _require(
                 driver,
                 OVERVIEW_SHOWS,
                 name,
                 str(version),
-                timeout_s=OVERVIEW_FIRST_S,
-                what=f"overview shows v{version}",
+                timeout_s=30,
+                what=f"overview's second page shows v{version}",
+            )
+            _require(driver, OVERVIEW_ROWS, [f"{ns}.accounts", name], timeout_s=10, what="both pages")
+            _require(
+                driver, "return document.getElementById('more').hidden", timeout_s=10, what="no third page"
             )
             _require(driver, LIVE, timeout_s=10, what="the overview's event stream opens")
             driver.execute_script("window.__sameDocument = 'overview'")

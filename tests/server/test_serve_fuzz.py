@@ -91,7 +91,7 @@ cursors = st.one_of(
     ),
 )
 ENDPOINTS = {
-    "/api/tables": ["namespace"],
+    "/api/tables": ["namespace", "limit", "cursor"],
     "/api/tables/{t}": [],
     "/api/tables/{t}/snapshot": ["version", "as_of", "tag", "where", "limit", "after"],
     "/api/tables/{t}/tags": [],

@@ -205,8 +205,10 @@ def test_a_client_that_left_leaves_no_work_behind(config: Config) -> None:
             assert data["version"] == version
             assert "g0.t" not in event_id and len(event_id) < 1000, event_id[:200]
             assert not [f for f in ctx.feeds.feeds() if f.name.startswith("g")]
-        _eventually(lambda: ctx.feeds.streams == 0, 10, "the all-tables stream did not end with its client")
-        _eventually(lambda: not ctx.feeds.opening, 5, f"feeds still being opened: {len(ctx.feeds.opening)}")
+        _eventually(
+            lambda: ctx.versions.clients == 0, 10, "the all-tables stream did not end with its client"
+        )
+        _eventually(lambda: not ctx.versions.following, 5, "the version bus still follows the catalog")
 
         # a table's stream: its feed stops once nobody follows it
         with httpx.Client(timeout=60).stream("GET", f"{url}/api/tables/{name}/events") as stream:

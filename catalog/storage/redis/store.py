@@ -420,6 +420,27 @@ class RedisStore:
             raw: dict[bytes, bytes] = self.client.hgetall(keys.head_key(table))
         return _parse_head(table, raw)
 
+    def heads(self, tables: Sequence[TableRef]) -> dict[str, Head | None]:
+        """The heads of ``tables`` (qualified name → head, None where there is none) in one
+        pipelined round trip; on a cluster redis-py's pipeline sends one batch per node holding
+        some of the keys. A malformed head is left out of the answer (read that table from the
+        log) rather than failing every other table's."""
+        names = [table_name(table).qualified for table in tables]
+        if not names:
+            return {}
+        with self.guarded(f"read the heads of {len(names)} tables"):
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.hgetall(keys.head_key(name))
+            raws = pipe.execute()
+        found: dict[str, Head | None] = {}
+        for name, raw in zip(names, raws, strict=True):
+            try:
+                found[name] = _parse_head(name, _pairs(raw))
+            except ServiceUnavailable:
+                continue
+        return found
+
     def deltas(self, table: TableRef, after_version: int, upto: int | None = None) -> list[StreamEntry]:
         """Stream entries with ``after_version < version <= upto``, oldest first."""
         if upto is not None and upto <= after_version:

@@ -458,3 +458,28 @@ def _event(name: str) -> VersionChange:
     return VersionChange(
         table=name, version=0, prev_version=-1, timestamp_ms=1, commit_id="c", operation="APPEND"
     )
+
+
+def test_heads_of_tables_on_every_node_in_one_call(
+    server: StackRedis, config: Config, tmp_path: Path
+) -> None:
+    """The server's overview reads a page's heads with one ``heads()`` call: on a cluster the keys
+    lie in many slots of every master, which redis-py's cluster pipeline sends node by node."""
+    cfg = server.config(config, tmp_path / "warehouse")
+    ns, _ = namespace()
+    names = [f"{ns}.h{i}" for i in range(30)]
+    store = RedisStore.from_config(cfg)
+    try:
+        for i, name in enumerate(names[:20]):
+            assert store.advance_head(name, _head(i))
+        found = store.heads(names)
+        assert found == {name: (_head(i) if i < 20 else None) for i, name in enumerate(names)}
+        if cfg.redis_cluster:
+            client = store.client
+            assert isinstance(client, RedisCluster)
+            owners = {client.get_node_from_key(keys.head_key(n)) for n in names}
+            assert len({node.port for node in owners if node is not None}) == 3
+    finally:
+        for name in names:
+            store.forget_table(name)
+        store.close()

@@ -386,6 +386,34 @@ def test_version_change_json_round_trip() -> None:
 # ----------------------------------------------------------------------------- registry, names, outages
 
 
+def test_heads_of_many_tables_take_one_round_trip(store: RedisStore, table: str) -> None:
+    """A page of the server's overview reads its heads in one pipelined round trip; a missing head
+    is None and a malformed one is left out (that table is read from the log), not an error."""
+    others = [f"{table}x{i}" for i in range(40)]
+    broken = f"{table}broken"
+    try:
+        for i, name in enumerate(others[:30]):
+            assert store.advance_head(name, head_at(i + 1))
+        store.client.hset(keys.head_key(broken), mapping={"version": "x"})
+        sent = 0
+        real = redis.connection.Connection.send_packed_command
+
+        def counting(self: redis.connection.Connection, command: object, check_health: bool = True) -> None:
+            nonlocal sent
+            sent += 1
+            real(self, command, check_health)
+
+        with mock.patch.object(redis.connection.Connection, "send_packed_command", counting):
+            found = store.heads([*others, broken])
+        assert sent == 1
+        assert broken not in found
+        assert [found[name] for name in others[:30]] == [head_at(i + 1) for i in range(30)]
+        assert all(found[name] is None for name in others[30:])
+        assert store.heads([]) == {}
+    finally:
+        store.client.delete(*(keys.head_key(name) for name in [*others, broken]))
+
+
 def test_register_table(store: RedisStore, table: str) -> None:
     store.register_table(table)
     store.register_table(table)
