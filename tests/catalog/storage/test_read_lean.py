@@ -14,10 +14,9 @@ import pytest
 
 from segcat import Catalog, Table, load_catalog
 from segcat.catalog.config import Config
-from segcat.catalog.log.producer import Delivery
+from segcat.catalog.log.producer import Delivery, SharedProducer
 from segcat.catalog.protocol.model import ColumnStats, ColumnType, Segment
 from segcat.catalog.read import lookup
-from segcat.catalog.read import table as table_module
 from segcat.catalog.read.snapshot import Snapshot
 from segcat.catalog.storage import keyframe
 from segcat.catalog.storage.redis import RedisStore, keys
@@ -220,16 +219,17 @@ def test_segments_of_a_redis_view_from_the_empty_frame(
     ns, pattern = namespace()
     name = f"{ns}.fresh"
     store = RedisStore.from_config(mconfig)
-    real_produce = table_module.write_commit
+    real_write = SharedProducer.write
 
-    def after_the_empty_frame(*args: Any, **kwargs: Any) -> Delivery:
+    def after_the_empty_frame(producer: SharedProducer, *args: Any, **kwargs: Any) -> Delivery:
+        """The creation record (the catalog's shared producer writes it) waits for the empty frame."""
         deadline = time.monotonic() + 60
         while store.keyframe_version(name) != -1:
             assert time.monotonic() < deadline, "the empty table's frame never reached redis"
             time.sleep(0.05)
-        return real_produce(*args, **kwargs)
+        return real_write(producer, *args, **kwargs)
 
-    monkeypatch.setattr(table_module, "write_commit", after_the_empty_frame)
+    monkeypatch.setattr(SharedProducer, "write", after_the_empty_frame)
     with running_materializer(mconfig, pattern):
         table = Catalog(mconfig).create_table(name)
         with load_catalog(mconfig).load_table(name) as writer:
