@@ -376,6 +376,19 @@ class TopicAdmin:
                     continue
         return sorted(names)
 
+    def ping(self) -> None:
+        """One small request the brokers must answer (the cluster's description): whether Kafka
+        is reachable, at a cost that does not grow with the number of topics (``list_tables``
+        describes every topic). ``ServiceUnavailable`` when it is not answered in time."""
+        try:
+            self._admin.describe_cluster(request_timeout=self._timeout).result(timeout=self._timeout)
+        except KafkaException as exc:
+            self._raise_if_handshake_refused(exc)
+            raise ServiceUnavailable(
+                f"Kafka at {self._config.bootstrap_servers} did not answer within "
+                f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
+            ) from exc
+
     def log_ends(self, names: list[TableName]) -> dict[TableName, int]:
         """Each table's newest record offset (-1: empty topic), in one ListOffsets request."""
         ends = self._list_offsets(names, OffsetSpec.latest(), "read the log ends of")  # type: ignore[no-untyped-call]

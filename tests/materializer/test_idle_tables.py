@@ -238,3 +238,20 @@ def test_after_redis_failed_every_table_checks_its_keys_once(
     service._tick(consumer)
     service._poll(consumer)  # type: ignore[arg-type]
     assert _commands(client) <= 2  # checked once: idle again
+
+
+def test_with_no_table_assigned_the_lag_thread_asks_kafka_one_small_request(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """An instance of a group left without tables (the others own them all) still proves the
+    brokers answer for its health answer, with one cluster description, not a listing of every
+    topic each second (which kept a spare instance busy at 10,000 tables)."""
+    mconfig = materializer_config(config, private_redis.url, tmp_path / "warehouse")
+    service = Materializer(mconfig, pattern="^segcat\\.nothing-here\\.")
+    listed: list[int] = []
+    admin = service._topic_admin()
+    monkeypatch.setattr(admin, "list_tables", lambda: listed.append(1) or [])
+    service._brokers_down = True
+    service._measure_lag()
+    assert not listed
+    assert service._brokers_down is False
