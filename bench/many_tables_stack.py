@@ -51,6 +51,10 @@ the materializer is writing to."""
 SESSION_TIMEOUT_MS = 10_000
 """The materializer's default session timeout, named in the run's parameters."""
 
+GROUP_PROTOCOL = "consumer"
+"""KIP-848: librdkafka's cooperative-sticky assignor does not finish at 10,000 tables
+(docs/OPERATIONS.md, *Materializer: a group of instances*)."""
+
 
 def kafka_heap(largest: int) -> str:
     """The private broker's heap for a catalog of ``largest`` tables (a partition's metadata,
@@ -153,7 +157,7 @@ class Services:
     def start_materializer(self, instance: str, group: str, tables: int) -> subprocess.Popen[bytes]:
         """``segcat materializer`` over one size's tables, as a member ``instance`` of ``group``."""
         args = [self.segcat, "materializer", "--metrics-port", "0", "--pattern", pattern(tables)]
-        args += ["--group", group, "--instance-id", instance]
+        args += ["--group", group, "--instance-id", instance, "--group-protocol", GROUP_PROTOCOL]
         log = (self.workdir / f"materializer-{group}-{instance}.log").open("ab")
         proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.materializers[instance] = proc

@@ -138,6 +138,10 @@ def server_properties(layout: Layout, settings: StackSettings, node: int = 0) ->
         "share.coordinator.state.topic.min.isr": str(min_isr),
         "share.coordinator.state.topic.num.partitions": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # KIP-848 groups (`segcat materializer --group-protocol consumer`): a dead instance's
+        # tables move after 10 s, as on the classic protocol, not after Kafka's default 45 s
+        "group.consumer.session.timeout.ms": "10000",
+        "group.consumer.min.session.timeout.ms": "6000",
         "log.cleaner.enable": "true",
         "log.cleaner.backoff.ms": "1000",
         "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),

@@ -13,13 +13,16 @@ reads in parallel a few thousand tables take seconds, far within ``max.poll.inte
 minutes); a table is assigned only once positioned, so no record of it is fetched from a wrong
 offset.
 
-**Decision — cooperative-sticky, not KIP-848.** librdkafka's ``group.protocol=consumer``
-accepts a regex subscription on the local Kafka, but with it the session timeout is the
-broker's (``group.consumer.session.timeout.ms``, at least 45 s by default) and a client asking
-for its own is refused: a killed instance's tables would wait 45 s for their new owner instead
-of the materializer's 10 s, and ``--session-timeout-ms`` would stop working. The classic
-protocol with cooperative-sticky moves only the changed tables too, and keeps static membership
-and the materializer's own session timeout.
+**Decision — cooperative-sticky by default; KIP-848 (``--group-protocol consumer``) for many
+tables.** On the classic protocol the group's leader computes the assignment in librdkafka, and
+its cooperative-sticky assignor does not finish for ten thousand partitions (it ran minutes at
+100 % of a core without handing out a table; librdkafka issue 4629). Under KIP-848
+(``group.protocol=consumer``, Kafka 4.0 and later) the broker assigns, incrementally too, with the
+regex subscription and static membership (10,000 tables assigned in seconds); the session timeout
+is then the broker's ``group.consumer.session.timeout.ms`` (45 s by default; the local stack and
+docker-compose set 10 s) and a client asking for its own is refused, so ``--session-timeout-ms``
+belongs to the classic protocol only. The classic protocol stays the default: it works with any
+broker and keeps the materializer's own session timeout.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from segcat.catalog.errors import InvalidTableName, SegcatError
+from segcat.catalog.errors import ConfigError, InvalidTableName, SegcatError
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.names import TableName
 from segcat.materializer.table_materializer import TableMaterializer
@@ -39,6 +42,34 @@ from segcat.materializer.table_materializer import TableMaterializer
 log = logging.getLogger("segcat.materializer")
 
 ASSIGNMENT_STRATEGY = "cooperative-sticky"
+CLASSIC = "classic"
+CONSUMER = "consumer"
+GROUP_PROTOCOLS = (CLASSIC, CONSUMER)
+CLASSIC_ONLY = ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms")
+"""Consumer settings librdkafka refuses under ``group.protocol=consumer`` (the broker's there)."""
+
+
+def broker_pattern(pattern: str) -> str:
+    """The topic regex as the broker must get it under KIP-848: the broker matches the whole topic
+    name (Java's ``matches``) where librdkafka searches from the start, so ``^segcat\\.ns\\.``
+    would follow nothing there. ``^(X).*`` matches in full exactly what ``^X`` matches at the
+    start (topic names hold no line breaks; librdkafka checks the regex with its own engine, which
+    knows no ``(?:``)."""
+    return f"^({pattern.removeprefix('^')}).*"
+
+
+def check_group_protocol(protocol: str, session_timeout_ms: int | None) -> str:
+    """The group protocol if it is one of ``GROUP_PROTOCOLS`` and fits the other options, else
+    ``ConfigError`` naming the option."""
+    if protocol not in GROUP_PROTOCOLS:
+        raise ConfigError(f"--group-protocol {protocol!r} must be one of {', '.join(GROUP_PROTOCOLS)}")
+    if protocol == CONSUMER and session_timeout_ms is not None:
+        raise ConfigError(
+            "--session-timeout-ms applies to the classic group protocol only: under "
+            "--group-protocol consumer the broker's group.consumer.session.timeout.ms decides"
+        )
+    return protocol
+
 RECOVERY_THREADS = 16
 """How many tables recover at once on an assignment: each recovery mostly waits for object
 storage, and a bound keeps the memory of the images being read (and the store's load) small."""

@@ -39,6 +39,16 @@ from segcat.catalog.extras import requires
     "by default).",
 )
 @click.option(
+    "--group-protocol",
+    type=click.Choice(["classic", "consumer"]),
+    envvar="SEGCAT_MATERIALIZER_GROUP_PROTOCOL",
+    default="classic",
+    show_default=True,
+    help="classic: cooperative-sticky, assigned by the group's leader (any broker); consumer: "
+    "KIP-848, assigned by the broker (Kafka 4.0+; for thousands of tables; the session timeout is "
+    "the broker's group.consumer.session.timeout.ms). Env: SEGCAT_MATERIALIZER_GROUP_PROTOCOL.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -50,6 +60,7 @@ def materializer_cmd(
     group: str,
     instance_id: str | None,
     session_timeout_ms: int | None,
+    group_protocol: str,
     metrics_port: int | None,
     no_redis: bool,
     pattern: str,
@@ -68,6 +79,7 @@ def materializer_cmd(
         pattern=pattern,
         instance_id=instance_id,
         session_timeout_ms=session_timeout_ms,
+        group_protocol=group_protocol,
     )
     install_signal_handlers(service)
     service.run()

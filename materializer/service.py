@@ -213,6 +213,7 @@ class Materializer:
         session_timeout_ms: int | None = None,
         maintenance_interval_s: float = maintenance.INTERVAL_S,
         publishers: Sequence[PublisherFactory] = (),
+        group_protocol: str = assignment.CLASSIC,
     ) -> None:
         """``publishers`` make each table's further publishers (after key frames and Redis)."""
         self.config = config
@@ -226,6 +227,7 @@ class Materializer:
         if session_timeout_ms is not None and session_timeout_ms < 1:
             raise ConfigError(f"session timeout must be ≥ 1 ms, got {session_timeout_ms}")
         self.session_timeout_ms = session_timeout_ms
+        self.group_protocol = assignment.check_group_protocol(group_protocol, session_timeout_ms)
         self.store = ObjectStore.from_config(config)
         self.redis = RedisStore.from_config(config) if use_redis else None
         self.gate = RedisGate()
@@ -569,10 +571,15 @@ class Materializer:
                 "error_cb": self._on_kafka_error,
             }
         )
-        # after the user's settings: the callbacks assign incrementally, which only this assignor allows
-        conf["partition.assignment.strategy"] = assignment.ASSIGNMENT_STRATEGY
         if self.instance_id:
             conf["group.instance.id"] = self.instance_id
+        if self.group_protocol == assignment.CONSUMER:  # the broker assigns; its session timeout
+            conf["group.protocol"] = assignment.CONSUMER
+            for key in assignment.CLASSIC_ONLY:
+                conf.pop(key, None)
+            return conf
+        # after the user's settings: the callbacks assign incrementally, which only this assignor allows
+        conf["partition.assignment.strategy"] = assignment.ASSIGNMENT_STRATEGY
         if self.session_timeout_ms is not None:
             conf["session.timeout.ms"] = self.session_timeout_ms
         elif "session.timeout.ms" not in self.config.kafka:  # SEGCAT_KAFKA_SESSION_TIMEOUT_MS wins
@@ -622,8 +629,11 @@ class Materializer:
                 served.close()
 
     def _serve(self, consumer: Consumer, conf: dict[str, Any], ready: Callable[[], None] | None) -> None:
+        subscription = self.pattern
+        if self.group_protocol == assignment.CONSUMER:
+            subscription = assignment.broker_pattern(self.pattern)
         consumer.subscribe(
-            [self.pattern], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            [subscription], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         log.info(
             "materializer started",

@@ -72,6 +72,7 @@ def running_materializer(
     group: str | None = None,
     instance_id: str | None = None,
     publishers: Sequence[PublisherFactory] = (),
+    group_protocol: str = "classic",
 ) -> Iterator[Materializer]:
     """A materializer in a thread. Every one gets its own static member id unless told (two
     instances of one group with the same id fence each other)."""
@@ -81,6 +82,7 @@ def running_materializer(
         pattern=pattern,
         instance_id=instance_id or f"test-{uuid.uuid4().hex[:12]}",
         publishers=publishers,
+        group_protocol=group_protocol,
     )
     started = threading.Event()
     thread = threading.Thread(target=service.run, kwargs={"ready": started.set}, daemon=True)

@@ -22,9 +22,12 @@ from typing import IO, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
 
 from segcat import Catalog, load_catalog
 from segcat.catalog.config import Config
+from segcat.catalog.errors import ConfigError
 from segcat.catalog.log.topics import TopicAdmin
 from segcat.catalog.protocol.model import Operation
 from segcat.catalog.protocol.names import TableName
@@ -405,3 +408,41 @@ def test_an_instance_cut_off_past_the_session_timeout_gives_its_tables_up_and_re
             wait_for_head(store, t, version)
     finally:
         group.close()
+
+
+def test_a_materializer_on_the_consumer_group_protocol_follows_its_pattern_s_tables(
+    mconfig: Config,
+) -> None:
+    """KIP-848 (``--group-protocol consumer``): the broker assigns, matching the topic regex
+    against whole names; before the pattern was rewritten for it (``broker_pattern``) the
+    materializer was handed no table at all."""
+    ns, pattern = namespace()
+    prefix = pattern.removesuffix(".*")  # as a user writes it (and the bench does): a prefix
+    tables = [f"{ns}.t{i}" for i in range(4)]
+    Catalog(mconfig).create_tables(tables)
+    store = RedisStore.from_config(mconfig)
+    with running_materializer(mconfig, prefix, group_protocol=assignment.CONSUMER):
+        versions = _commit_each(mconfig, tables, "kip848")
+        for table in tables:
+            wait_for_head(store, table, versions[table])
+
+
+def test_group_protocol_options_are_checked(mconfig: Config) -> None:
+    with pytest.raises(ConfigError, match="--group-protocol"):
+        Materializer(mconfig, group_protocol="eager")
+    with pytest.raises(ConfigError, match="--session-timeout-ms applies to the classic"):
+        Materializer(mconfig, group_protocol=assignment.CONSUMER, session_timeout_ms=10_000)
+    conf = Materializer(mconfig, group_protocol=assignment.CONSUMER, instance_id="x")._consumer_config()
+    assert conf["group.protocol"] == "consumer" and conf["group.instance.id"] == "x"
+    assert not set(assignment.CLASSIC_ONLY) & conf.keys()
+
+
+@given(st.from_regex(r"\^[a-z.\\]{0,8}(\$)?", fullmatch=True), st.text("segcat.ab", max_size=12))
+def test_the_broker_s_whole_name_pattern_matches_what_librdkafka_s_search_does(
+    pattern: str, topic: str
+) -> None:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return
+    assert bool(re.match(pattern, topic)) == bool(re.fullmatch(assignment.broker_pattern(pattern), topic))
