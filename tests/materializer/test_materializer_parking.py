@@ -167,6 +167,7 @@ class Injector:
         original_apply = TableMaterializer.apply
         original_recover = TableMaterializer.recover
         original_flush = TableMaterializer.flush
+        original_tick = TableMaterializer.tick
         original_archive = TableFiles.write_archive
         original_keyframe = TableFiles.write_keyframe
 
@@ -213,6 +214,16 @@ class Injector:
                     injector.failed(self.state.version, exc)
                 raise
 
+        def tick(self: TableMaterializer) -> None:
+            """A background write's failure surfaces at the table's next record or, when the
+            schedule ticks it first (its write was queued), here."""
+            try:
+                original_tick(self)
+            except Exception as exc:
+                if self.name.qualified == injector.table:
+                    injector.failed(self.state.version, exc)
+                raise
+
         def write_archive(self: TableFiles, *args: Any, **kwargs: Any) -> str:
             if self.name.qualified == injector.table and injector.kind == "archive":
                 injector.fire(-1, OSError(28, "No space left on device (injected)"))
@@ -229,6 +240,7 @@ class Injector:
         monkeypatch.setattr(TableMaterializer, "apply", apply)
         monkeypatch.setattr(TableMaterializer, "recover", recover)
         monkeypatch.setattr(TableMaterializer, "flush", flush)
+        monkeypatch.setattr(TableMaterializer, "tick", tick)
         monkeypatch.setattr(TableFiles, "write_archive", write_archive)
         monkeypatch.setattr(TableFiles, "write_keyframe", write_keyframe)
         # only the materializer's rules: writers in this process judge with the real ones
