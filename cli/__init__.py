@@ -30,6 +30,7 @@ from segcat.cli.read_cmds import diff_cmd, log_cmd, show_cmd
 from segcat.cli.service_cmds import watch_cmd
 from segcat.cli.table_cmds import table
 from segcat.cli.tag_cmds import tag
+from segcat.cli.warehouse_cmd import warehouse
 
 
 def exit_code(exc: BaseException) -> int:
@@ -186,6 +187,7 @@ for _command in (
     prune_cmd,
     vacuum_cmd,
     tag,
+    warehouse,
 ):
     cli.add_command(_command)
 

@@ -316,8 +316,13 @@ def _fsync_directory(directory: str) -> None:
         os.close(dir_fd)
 
 
-def s3_filesystem(bucket: str, endpoint: str | None, region: str | None) -> pafs.S3FileSystem:
+def s3_filesystem(
+    bucket: str, endpoint: str | None, region: str | None, *, create_buckets: bool = False
+) -> pafs.S3FileSystem:
     """An S3 filesystem: credentials from the standard AWS variables (or the SDK's usual chain).
+
+    ``create_buckets`` lets ``create_dir`` make a bucket: only a stack's set-up asks for it
+    (``warehouse_ready``); the catalog itself never creates buckets.
 
     ``endpoint`` may carry a scheme (``http://127.0.0.1:9000`` for MinIO); a warehouse on a
     custom endpoint defaults to region ``us-east-1`` instead of asking AWS where the bucket is.
@@ -343,6 +348,7 @@ def s3_filesystem(bucket: str, endpoint: str | None, region: str | None) -> pafs
         region=region,
         scheme=scheme,
         endpoint_override=endpoint or None,
+        allow_bucket_creation=create_buckets,
     )
 
 
