@@ -115,7 +115,7 @@ def new_cluster_id() -> str:
 
 
 @contextlib.contextmanager
-def _held_ports(count: int) -> Iterator[list[int]]:
+def held_ports(count: int) -> Iterator[list[int]]:
     """``count`` distinct loopback ports, held open until the caller has them all."""
     held: list[socket.socket] = []
     try:
@@ -178,7 +178,7 @@ def up(say: Callable[[str], None] = print, built: images.LocalImages | None = No
     engine.ensure()
     if built is None:
         built = images.build_all(say)
-    with _held_ports(7) as ports:
+    with held_ports(7) as ports:
         stack = ComposeStack(
             project=project_name(),
             cluster_id=new_cluster_id(),

@@ -2,8 +2,10 @@
 
 1. Addresses in the environment (``SEGCAT_TEST_BOOTSTRAP_SERVERS`` + ``SEGCAT_TEST_REDIS_URL``):
    used as-is, nothing is started or stopped.
-2. ``testcontainers`` installed and a Docker engine answering: a KRaft Kafka container and a
-   Redis container, removed again by ``stop``.
+2. ``SEGCAT_TEST_SERVICES=testcontainers`` and a Docker engine answering: Kafka and Redis as
+   testcontainers of the images built on this machine (``tests.testcontainers_services``),
+   removed again by ``stop``. Asked for, not automatic: ``tests/containers`` runs that path in
+   CI for its own module, and the whole suite keeps the faster local stack.
 3. Otherwise the project's own Docker-free stack (``segcat.local_stack``) with its home in
    ``<repo>/.segcat`` so the Kafka jars are fetched once and reused. ``stop`` shuts down only
    what this call started (a stack already running is left running); set
@@ -15,7 +17,6 @@ machine, a failure in CI (``CI=true``), so a broken CI environment can never pas
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import os
@@ -39,9 +40,7 @@ LOCAL_STACK_HOME = REPO_ROOT / ".segcat"
 ENV_BOOTSTRAP = "SEGCAT_TEST_BOOTSTRAP_SERVERS"
 ENV_REDIS = "SEGCAT_TEST_REDIS_URL"
 ENV_KEEP = "SEGCAT_TEST_STACK_KEEP"
-
-KAFKA_IMAGE = "confluentinc/cp-kafka:7.6.0"
-REDIS_IMAGE = "redis:7"
+ENV_SOURCE = "SEGCAT_TEST_SERVICES"
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,9 @@ def resolve_services(config: Config) -> ResolvedServices:
     if bootstrap or redis_url:
         service_failure(f"set both {ENV_BOOTSTRAP} and {ENV_REDIS}, or neither")
 
-    if _testcontainers_available() and _docker_answers():
+    if os.environ.get(ENV_SOURCE, "").strip() == "testcontainers":
+        if not (_testcontainers_available() and _docker_answers()):
+            service_failure(f"{ENV_SOURCE}=testcontainers, but testcontainers or a Docker engine is missing")
         try:
             return _start_containers()
         except Exception as exc:
@@ -122,41 +123,11 @@ def _docker_answers(timeout_s: float = 5.0) -> bool:
 
 
 def _start_containers() -> ResolvedServices:
-    from testcontainers.kafka import KafkaContainer
-    from testcontainers.redis import RedisContainer
+    from containers import images
+    from tests.testcontainers_services import start
 
-    kafka: Any = (
-        KafkaContainer(KAFKA_IMAGE)
-        .with_kraft()
-        # Same broker behaviour as the local stack (local_stack/kafka.py).
-        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
-        .with_env("KAFKA_NUM_PARTITIONS", "1")
-        .with_env("KAFKA_LOG_CLEANER_ENABLE", "true")
-        .with_env("KAFKA_LOG_CLEANER_BACKOFF_MS", "1000")
-        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
-        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
-    )
-    redis: Any = RedisContainer(REDIS_IMAGE)
-    started: list[Any] = []
-
-    def stop() -> None:
-        for container in reversed(started):
-            with contextlib.suppress(Exception):
-                container.stop()
-
-    try:
-        kafka.start(timeout=120)
-        started.append(kafka)
-        redis.start()
-        started.append(redis)
-        host = redis.get_container_host_ip()
-        port = redis.get_exposed_port(redis.port)
-        return ResolvedServices(
-            kafka.get_bootstrap_server(), f"redis://{host}:{port}/0", "testcontainers", stop
-        )
-    except BaseException:
-        stop()
-        raise
+    found, stop = start(images.build_all(say=lambda _m: None))
+    return ResolvedServices(found.bootstrap_servers, found.redis_url, "testcontainers", stop)
 
 
 def _start_local_stack(config: Config) -> ResolvedServices:

@@ -1,7 +1,7 @@
 """A Docker engine for the container tests, and the images they run.
 
 In CI (``CI=true``) the engine is installed and started when none answers (bridge-less, as
-``./dev compose`` does) and stopped again at the end of the session if it was started here;
+``./dev compose`` does) and stopped again after this package's tests if it was started here;
 elsewhere a missing engine skips these tests unless ``SEGCAT_TEST_DOCKER=1`` asks for the same.
 """
 
@@ -19,7 +19,7 @@ from tests.services import service_failure
 WANT_DOCKER = "SEGCAT_TEST_DOCKER"
 
 
-def _may_start_engine() -> bool:
+def may_start_engine() -> bool:
     truthy = {"1", "true", "yes"}
     return (
         os.environ.get("CI", "").strip().lower() in truthy
@@ -27,12 +27,12 @@ def _may_start_engine() -> bool:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def docker_engine() -> Iterator[engine.Engine]:
     found: engine.Engine | None = None
     if engine.server_version() is not None:
         found = engine.Engine(engine.server_version() or "", started_here=False)
-    elif _may_start_engine():
+    elif may_start_engine():
         try:
             found = engine.ensure()
         except EngineError as exc:
@@ -45,7 +45,7 @@ def docker_engine() -> Iterator[engine.Engine]:
         engine.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_images(docker_engine: engine.Engine) -> images.LocalImages:
     """Every image the compose file names, built on this machine (layer cache: seconds)."""
     try:
