@@ -60,26 +60,25 @@ def exists(image: str) -> bool:
     return done.returncode == 0
 
 
-def debian_mirror() -> str:
-    """The Debian mirror the host's apt uses (``SEGCAT_DEBIAN_MIRROR`` overrides it)."""
+def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror the host's apt uses (``SEGCAT_DEBIAN_MIRROR`` overrides it): the first
+    deb822 stanza or one-line entry of the host's sources that serves the base's suite."""
     chosen = os.environ.get("SEGCAT_DEBIAN_MIRROR", "").strip()
     if chosen:
         return chosen
-    texts = [
-        Path(p).read_text(errors="replace") for p in sorted(glob.glob("/etc/apt/sources.list.d/*.sources"))
-    ]
-    for text in texts:
-        for stanza in text.split("\n\n"):
+    for source in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in source.read_text(errors="replace").split("\n\n"):
             uris = re.search(r"^URIs:\s*(\S+)", stanza, re.MULTILINE)
             suites = re.search(r"^Suites:\s*(.+)$", stanza, re.MULTILINE)
-            if uris and suites and SUITE in suites.group(1).split():
+            enabled = re.search(r"^Enabled:\s*no\s*$", stanza, re.MULTILINE | re.IGNORECASE) is None
+            if uris and suites and enabled and SUITE in suites.group(1).split():
                 return uris.group(1)
-    listing = Path("/etc/apt/sources.list")
+    listing = apt_dir / "sources.list"
     if listing.is_file():
         for line in listing.read_text(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == "deb" and parts[2] == SUITE:
-                return parts[1]
+            entry = re.match(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line.strip())
+            if entry and entry.group(2) == SUITE:
+                return entry.group(1)
     raise EngineError(f"no Debian {SUITE} mirror in the host's apt sources; set SEGCAT_DEBIAN_MIRROR")
 
 
