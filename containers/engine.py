@@ -73,7 +73,7 @@ def ensure() -> Engine:
     """The engine that answers, or a bridge-less one started (and installed) here."""
     version = server_version()
     if version is not None:
-        return Engine(version, started_here=_recorded_pid() is not None)
+        return Engine(version, started_here=recorded_pid() is not None)
     if shutil.which("dockerd") is None or shutil.which("docker") is None:
         install_packages(["docker.io"])
     STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def ensure() -> Engine:
     raise EngineError(f"dockerd did not answer within {START_TIMEOUT_S:.0f}s; see {LOG_FILE}")
 
 
-def _recorded_pid() -> int | None:
+def recorded_pid() -> int | None:
     try:
         pid = int(PID_FILE.read_text().strip())
     except (OSError, ValueError):
@@ -114,7 +114,7 @@ def _recorded_pid() -> int | None:
 
 def stop() -> bool:
     """Stop the engine this module started (True), or do nothing (False)."""
-    pid = _recorded_pid()
+    pid = recorded_pid()
     if pid is None:
         return False
     os.kill(pid, signal.SIGTERM)
@@ -148,7 +148,7 @@ def leftovers() -> list[str]:
     """What an engine could leave on the host: a running dockerd or containerd it started,
     a bridge interface, NAT or filter rules. Empty when the host is as it was."""
     found: list[str] = []
-    if _recorded_pid() is not None:
+    if recorded_pid() is not None:
         found.append("dockerd started by segcat is still running")
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
     for line in links.stdout.splitlines():

@@ -96,6 +96,8 @@ millions of long-lived, acyclic objects (segments, stats, tuples) that refcounti
 the defaults the collector ran every 700 allocations and rescanned the growing image again and
 again: 2.45 s of an 11.1 s catch-up over 100,000 commits (0.37 s with these)."""
 WRITER_CLOSE_S = 120.0
+KAFKA_ERROR_SHOWN_S = 60.0
+"""How long ``/healthz`` shows the last Kafka client error."""
 """On stop, how long the key frames and archives still queued may take to be written."""
 
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -482,13 +484,25 @@ class Materializer:
         """librdkafka's client-level errors (``error_cb``): fatal ones stop the loop."""
         name = err.name()
         metrics.KAFKA_ERRORS.labels(name).inc()
-        self._kafka_error = (name, err.str(), time.time())
+        if not self._explains_brokers_down(err):
+            self._kafka_error = (name, err.str(), time.time())
         if err.fatal() or err.code() == KafkaError._FATAL:
             self._fatal = err
             return
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._brokers_down = True
         self._log_kafka_error("kafka client error", err)
+
+    def _explains_brokers_down(self, err: KafkaError) -> bool:
+        """True when ``err`` is "all brokers down" right after a refusal (credentials, ACLs): the
+        refusal is why no broker is up, and ``/healthz`` must keep naming it, not the symptom."""
+        recent = self._kafka_error
+        return (
+            err.code() == KafkaError._ALL_BROKERS_DOWN
+            and recent is not None
+            and recent[0] in _AUTH_ERRORS
+            and time.time() - recent[2] < KAFKA_ERROR_SHOWN_S
+        )
 
     def _log_kafka_error(self, message: str, err: KafkaError) -> None:
         held = self._kafka_throttle.admit(err.name())
@@ -545,7 +559,7 @@ class Materializer:
             "instance_id": self.instance_id or None,
         }
         recent = self._kafka_error
-        if recent is not None and time.time() - recent[2] < 60:
+        if recent is not None and time.time() - recent[2] < KAFKA_ERROR_SHOWN_S:
             kafka["last_error"] = {"error": recent[0], "reason": recent[1]}
         redis = self.gate.status() if self.redis is not None else {"ok": True, "disabled": True}
         healthy = alive and not parked and not self._brokers_down and bool(redis["ok"])

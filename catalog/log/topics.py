@@ -355,6 +355,14 @@ class TopicAdmin:
         self._admin.poll(0)
         refusals.raise_if_credentials_refused(self._config, cause)
 
+    def _not_answered_in_time(self, exc: KafkaException) -> NoReturn:
+        """Refused credentials name the setting; anything else is ``ServiceUnavailable``."""
+        self._raise_if_handshake_refused(exc)
+        raise ServiceUnavailable(
+            f"Kafka at {self._config.bootstrap_servers} did not answer within "
+            f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
+        ) from exc
+
     def _unanswered(self, exc: KafkaException, doing: str) -> NoReturn:
         """A refusal (ACL, credentials) names what to fix; anything else is an outage."""
         self._admin.poll(0)  # serve error_cb first: raise_refusal may need what it recorded
@@ -383,11 +391,7 @@ class TopicAdmin:
         try:
             self._admin.describe_cluster(request_timeout=self._timeout).result(timeout=self._timeout)
         except KafkaException as exc:
-            self._raise_if_handshake_refused(exc)
-            raise ServiceUnavailable(
-                f"Kafka at {self._config.bootstrap_servers} did not answer within "
-                f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
-            ) from exc
+            self._not_answered_in_time(exc)
 
     def log_ends(self, names: list[TableName]) -> dict[TableName, int]:
         """Each table's newest record offset (-1: empty topic), in one ListOffsets request."""
@@ -486,11 +490,7 @@ class TopicAdmin:
         try:
             return self._admin.list_topics(topic=topic, timeout=self._timeout)
         except KafkaException as exc:
-            self._raise_if_handshake_refused(exc)
-            raise ServiceUnavailable(
-                f"Kafka at {self._config.bootstrap_servers} did not answer within "
-                f"{self._timeout:g} s: {exc}; {unreachable_hint(self._config)}"
-            ) from exc
+            self._not_answered_in_time(exc)
 
 
 def check_max_message_bytes(value: int) -> int:

@@ -98,6 +98,29 @@ def test_every_service_is_healthy_and_answers_as_this_stack(stack: ComposeStack)
     assert admin.describe_cluster(request_timeout=20).result().cluster_id == stack.cluster_id
 
 
+def test_the_segcat_image_answers_without_the_stack_extra(local_images: images.LocalImages) -> None:
+    """The image holds [materializer,server,spark], not [stack]: its CLI must still start and
+    name the missing extra instead of failing on an import (cryptography)."""
+    shown = subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", local_images.segcat, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "materializer" in shown.stdout and "Traceback" not in shown.stderr
+    stack = subprocess.run(
+        ["docker", "run", "--rm", "--network", "host", local_images.segcat, "stack", "up"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert stack.returncode != 0
+    assert "segcat[stack]" in stack.stderr + stack.stdout and "Traceback" not in stack.stderr
+
+
 def test_a_broker_with_another_cluster_id_fails_the_kafka_health_check(stack: ComposeStack) -> None:
     """The health check compares ids: run it against a wrong one and it must fail."""
     check = compose_stack.compose(

@@ -98,3 +98,25 @@ def test_refused_kafka_credentials_cost_a_few_log_lines(
         healthy, doc = service.health()
     assert not healthy and doc["kafka"]["last_error"]["error"] == "_AUTHENTICATION"
     assert any("SEGCAT_KAFKA_SASL" in str(r.__dict__.get("hint", "")) for r in lines)
+
+
+def test_all_brokers_down_after_a_refusal_keeps_the_refusal_as_the_health_cause(
+    config: Config, private_redis: PrivateRedis, tmp_path: Path
+) -> None:
+    """librdkafka reports "all brokers down" after each refused login: /healthz kept only the
+    last error, so the cause flipped to the symptom between polls (a CI run saw it)."""
+    from confluent_kafka import KafkaError
+
+    from segcat.materializer.service import Materializer
+
+    mconfig = materializer_config(config, private_redis.url, tmp_path / "wh")
+    service = Materializer(mconfig, pattern="^nothing$")
+    service._on_kafka_error(KafkaError(KafkaError._AUTHENTICATION, "SASL handshake failed"))
+    service._on_kafka_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    _, doc = service.health()
+    assert doc["kafka"]["last_error"]["error"] == "_AUTHENTICATION"
+    assert doc["kafka"]["brokers_down"] is True
+    # with no refusal before it, "all brokers down" is the error to show
+    other = Materializer(mconfig, pattern="^nothing$")
+    other._on_kafka_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert other.health()[1]["kafka"]["last_error"]["error"] == "_ALL_BROKERS_DOWN"
