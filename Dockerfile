@@ -5,7 +5,8 @@
 # registries through a TLS-intercepting proxy (`./dev compose` sets all three; containers/README.md):
 #   PYTHON_IMAGE, NODE_IMAGE  parent images with `python`+`pip` and `npm` on the PATH
 #   EXTRA_CA_CERTS            PEM text of certificate authorities to trust besides the usual ones
-ARG PYTHON_IMAGE=python:3.11-slim
+# bookworm: Debian 13 (the newer slim images' base) has no openjdk-17 package
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG NODE_IMAGE=node:20-slim
 
 # The dashboard's one third-party script (uPlot), installed from npm as package-lock.json pins it.

@@ -36,6 +36,8 @@ def main(argv: list[str]) -> int:
             found_left = engine.leftovers()
             for item in found_left:
                 _say(f"left behind: {item}")
+            if not found_left:
+                _say("nothing left behind: no engine started here runs, no bridge, no DOCKER rule")
             return 1 if found_left else 0
         else:
             print(__doc__, file=sys.stderr)
