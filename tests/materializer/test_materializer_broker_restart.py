@@ -65,7 +65,9 @@ def test_health_recovers_after_the_broker_restarts(tmp_path: Path, config: Confi
         write_load(cfg, name, 3, 0)
         store = RedisStore.from_config(mcfg)
         admin = TopicAdmin(dataclasses.replace(cfg, request_timeout_s=2.0))
-        assert admin.log_ends([TableName.parse(name)])  # its metadata cache now holds the leader epoch
+        # its metadata cache now holds the leader epoch; the 2 s budget is for the answer after
+        # the restart, so a slow first answer of a freshly started broker is waited for
+        assert _log_ends_answer(admin, TableName.parse(name), 30)
         with (
             running_materializer(mcfg, pattern) as following,
             running_materializer(mcfg, r"^segcat\.nothing-matches-this\..*") as idle,
