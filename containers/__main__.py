@@ -22,12 +22,13 @@ def main(argv: list[str]) -> int:
         elif verb == "up":
             stack = compose_stack.up(_say)
             _say(f"up: project {stack.project}; for clients on this host:")
+            env_file = compose_stack.ENV_FILE
             for key, value in stack.client_env().items():
-                if "SECRET" not in key:
+                if key == "AWS_SECRET_ACCESS_KEY":  # read from its 0600 file, never printed
+                    print(f"export {key}=\"$(sed -n 's/^SEGCAT_S3_SECRET_KEY=//p' {env_file})\"")
+                else:
                     print(f"export {key}={value}")
-            print(
-                f"# dashboard: {stack.dashboard_url}/?token=<SEGCAT_SERVE_TOKEN in {compose_stack.ENV_FILE}>"
-            )
+            print(f"# dashboard: {stack.dashboard_url}/?token=<SEGCAT_SERVE_TOKEN in {env_file}>")
         elif verb == "down":
             compose_stack.down(_say)
             if engine.stop():
