@@ -27,6 +27,7 @@ from pathlib import Path
 from containers import compose_cli, engine, images
 from containers.engine import EngineError
 from containers.paths import REPO_ROOT, STATE_DIR
+from segcat.local_stack.secret_files import write_private
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 HOST_OVERRIDE = Path(__file__).resolve().parent / "compose.host.yml"
@@ -129,9 +130,7 @@ def held_ports(count: int) -> Iterator[list[int]]:
             sock.close()
 
 
-def compose(
-    stack: ComposeStack, *args: str, capture: bool = True, timeout_s: float = 600
-) -> subprocess.CompletedProcess[str]:
+def compose(stack: ComposeStack, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
     """Run ``docker compose`` on this stack's project, files and variables."""
     argv = [
         *compose_cli.command(),
@@ -147,7 +146,7 @@ def compose(
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SEGCAT_", "KAFKA_", "COMPOSE_"))}
     env.update(stack.compose_env())
-    return subprocess.run(argv, env=env, capture_output=capture, text=True, timeout=timeout_s, check=False)
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
 def load() -> ComposeStack | None:
@@ -160,14 +159,9 @@ def load() -> ComposeStack | None:
 
 
 def _save(stack: ComposeStack) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(STATE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(dataclasses.asdict(stack), out, indent=1)
+    write_private(STATE_FILE, json.dumps(dataclasses.asdict(stack), indent=1))
     # the same variables for a user's own `docker compose -p <project> ... ps|logs`
-    fd = os.open(ENV_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.writelines(f"{k}={v}\n" for k, v in stack.compose_env().items())
+    write_private(ENV_FILE, "".join(f"{k}={v}\n" for k, v in stack.compose_env().items()))
 
 
 def up(say: Callable[[str], None] = print, built: images.LocalImages | None = None) -> ComposeStack:

@@ -9,16 +9,14 @@ removes every container started here, volumes included.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import secrets
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from containers.compose_stack import held_ports
+from containers.compose_stack import held_ports, new_cluster_id
 from containers.images import LocalImages
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # read when testcontainers loads
@@ -53,7 +51,7 @@ def start(images: LocalImages) -> tuple[ContainerServices, Callable[[], None]]:
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     access_key, secret_key = f"tc-{secrets.token_hex(4)}", secrets.token_hex(20)
     started: list[Any] = []
 

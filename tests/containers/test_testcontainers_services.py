@@ -63,16 +63,12 @@ def module_services(
     saved = dict(os.environ)
     os.environ.update(found.aws_env())
     try:
-        config = Config.load(
-            env={
-                "SEGCAT_HOME": str(home),
-                "SEGCAT_BOOTSTRAP_SERVERS": found.bootstrap_servers,
-                "SEGCAT_REDIS_URL": found.redis_url,
-                "SEGCAT_WAREHOUSE": f"s3://{found.bucket}/warehouse",
-                "SEGCAT_S3_ENDPOINT": found.s3_endpoint,
-                "SEGCAT_S3_REGION": "us-east-1",
-                "SEGCAT_REQUEST_TIMEOUT_S": "30",
-            }
+        config = _config(
+            home,
+            found.bootstrap_servers,
+            found.redis_url,
+            f"s3://{found.bucket}/warehouse",
+            found.s3_endpoint,
         )
         wait_until_ready(config, create_bucket=True, wait_s=60)
         yield ModuleServices(config, "testcontainers", found)
@@ -85,18 +81,26 @@ def module_services(
 def _local_stack_fallback(request: pytest.FixtureRequest, home: object) -> ModuleServices:
     services: ResolvedServices = request.getfixturevalue("services")
     s3 = request.getfixturevalue("s3_server")
-    config = Config.load(
+    warehouse = f"s3://{s3.bucket}/tc-{uuid.uuid4().hex[:8]}"
+    config = _config(home, services.bootstrap_servers, services.redis_url, warehouse, s3.endpoint, s3.region)
+    return ModuleServices(config, "local-stack", None)
+
+
+def _config(
+    home: object, bootstrap: str, redis_url: str, warehouse: str, endpoint: str, region: str = "us-east-1"
+) -> Config:
+    """The module's config: these services, an S3 warehouse, the suite's request timeout."""
+    return Config.load(
         env={
             "SEGCAT_HOME": str(home),
-            "SEGCAT_BOOTSTRAP_SERVERS": services.bootstrap_servers,
-            "SEGCAT_REDIS_URL": services.redis_url,
-            "SEGCAT_WAREHOUSE": f"s3://{s3.bucket}/tc-{uuid.uuid4().hex[:8]}",
-            "SEGCAT_S3_ENDPOINT": s3.endpoint,
-            "SEGCAT_S3_REGION": s3.region,
+            "SEGCAT_BOOTSTRAP_SERVERS": bootstrap,
+            "SEGCAT_REDIS_URL": redis_url,
+            "SEGCAT_WAREHOUSE": warehouse,
+            "SEGCAT_S3_ENDPOINT": endpoint,
+            "SEGCAT_S3_REGION": region,
             "SEGCAT_REQUEST_TIMEOUT_S": "30",
         }
     )
-    return ModuleServices(config, "local-stack", None)
 
 
 def test_under_ci_the_services_are_testcontainers_of_the_images_built_here(
